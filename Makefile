@@ -1,0 +1,28 @@
+# The two commands a new machine needs are `make demo` and `make test`; both install into .venv first.
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export HF_HUB_OFFLINE := 1
+export TORCH_DEVICE_BACKEND_AUTOLOAD := 0
+
+INSTALL_INPUTS := scripts/install.sh scripts/vllm_requirements.py $(wildcard requirements/*.txt) pyproject.toml \
+	integrations/langchain/pyproject.toml $(wildcard integrations/llama_index/*/pyproject.toml)
+
+.PHONY: install demo test bench clean
+install: $(STAMP)
+
+$(STAMP): $(INSTALL_INPUTS)
+	scripts/install.sh
+	touch $(STAMP)
+
+demo: install
+	$(PY) examples/demo.py
+
+test: install
+	$(PY) -m pytest
+
+bench: install
+	$(PY) bench/run.py
+
+clean:
+	rm -rf $(VENV) .demo-data bench/results

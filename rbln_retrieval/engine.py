@@ -1,0 +1,314 @@
+"""PoolingEngine: embeddings, relevance scores and reranking on vLLM's V1 async pooling engine."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import threading
+import uuid
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+from tqdm.auto import tqdm
+
+from rbln_retrieval.device import resolve_device
+from rbln_retrieval.engine_args import vllm_engine_kwargs
+from rbln_retrieval.errors import EngineDeadError, EngineStartError
+from rbln_retrieval.families import FamilyName, ModelFamily, detect_family
+from rbln_retrieval.inputs import check_dimensions, check_query, check_texts
+from rbln_retrieval.loop import EngineLoop
+from rbln_retrieval.tokens import PromptTokenizer, Tokens
+
+logger = logging.getLogger(__name__)
+
+# Inputs are consumed, tokenized and submitted this many at a time, so an iterator of millions of texts
+# holds only one chunk of prompts in memory while the engine works.
+CHUNK_SIZE = 1024
+
+
+class EngineOptions(BaseModel):
+    """Everything that decides which engine a model gets; equal options share one engine."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    device: Literal["auto", "rbln", "cpu"] = "auto"
+    runner: Literal["bundled", "stock"] = "bundled"
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    max_length: int | None = Field(default=None, gt=0)
+    truncate: Literal["end", "start", "error"] = "end"
+    family: FamilyName | None = None
+    trust_remote_code: bool = False
+    allow_pickle: bool = False
+    strict_shapes: bool = False
+    show_progress: bool = False
+    engine_kwargs: dict[str, Any] = Field(default_factory=dict)
+
+
+def _vllm_quiet() -> None:
+    # vLLM logs every start-up detail at INFO; users of a library want warnings only unless they ask.
+    # vLLM warns about CPU-build details (Triton, tcmalloc) that are not actionable for a retrieval user.
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+
+
+class PoolingEngine:
+    """One vLLM pooling engine for one model: ``embed``, ``score`` and ``rerank``, sync and async."""
+
+    _shared: ClassVar[dict[tuple[str, str], PoolingEngine]] = {}
+    _shared_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, model: str | os.PathLike[str], **options: Any):
+        self.options = EngineOptions(**options)
+        self.model = str(model)
+        self.family: ModelFamily = detect_family(
+            self.model, max_length=self.options.max_length, family=self.options.family
+        )
+        if self.options.runner == "stock" and self.options.device == "rbln":
+            raise ValueError("runner='stock' is vLLM's CPU runner; device='rbln' needs runner='bundled'.")
+        self.device = resolve_device(self.options.device)
+        self.tokenizer = PromptTokenizer(
+            self.model, self.family, self.options.truncate, trust_remote_code=self.options.trust_remote_code
+        )
+        self._loop = EngineLoop()
+        self._vllm: Any = None
+        self._start_lock = threading.Lock()
+        try:
+            self._loop.run(self._start())
+        except BaseException:
+            self._loop.close()
+            raise
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+    @classmethod
+    def shared(cls, model: str | os.PathLike[str], **options: Any) -> PoolingEngine:
+        """The process-wide engine for ``model`` and ``options``, started on first use."""
+        key = (str(Path(model).resolve()), EngineOptions(**options).model_dump_json())
+        with cls._shared_lock:
+            engine = cls._shared.get(key)
+            if engine is None or engine._vllm is None:
+                engine = cls._shared[key] = cls(model, **options)
+            return engine
+
+    async def _start(self) -> None:
+        _vllm_quiet()
+        from vllm import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        if self.options.runner == "bundled":
+            logger.info("The bundled runner is not available yet; using vLLM's stock CPU runner.")
+        kwargs = vllm_engine_kwargs(
+            self.model,
+            self.family,
+            dtype=self.options.dtype,
+            trust_remote_code=self.options.trust_remote_code,
+            allow_pickle=self.options.allow_pickle,
+            extra=self.options.engine_kwargs,
+        )
+        try:
+            self._vllm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
+        except Exception as exc:  # vLLM raises many types from deep inside; callers get one sentence.
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise EngineStartError(f"vLLM could not start an engine for {self.model}: {reason}") from exc
+
+    def close(self) -> None:
+        """Shut the engine process down and free its memory; the object cannot be used afterwards."""
+        with self._shared_lock:
+            for key, engine in list(self._shared.items()):
+                if engine is self:
+                    del self._shared[key]
+        if self._vllm is not None and not self._loop.loop.is_closed():
+            self._loop.run(self._shutdown())
+        self._loop.close()
+
+    async def _shutdown(self) -> None:
+        engine, self._vllm = self._vllm, None
+        engine.shutdown()
+        # Let the engine's output handler tasks observe their cancellation before the loop stops.
+        pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    def __enter__(self) -> PoolingEngine:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def dimension(self) -> int:
+        return self.family.hidden_size
+
+    # -- public sync API ---------------------------------------------------------------------------------------
+    def embed(
+        self,
+        texts: Iterable[str],
+        *,
+        kind: Literal["document", "query"] = "document",
+        instruction: str | None = None,
+        dimensions: int | None = None,
+        normalize: bool = True,
+        show_progress: bool | None = None,
+    ) -> np.ndarray:
+        """Vectors for ``texts`` as a float32 array of shape (n, d), rows in input order."""
+        return self._loop.run(self._embed(texts, kind, instruction, dimensions, normalize, show_progress))
+
+    def score(self, query: str, documents: Iterable[str], *, instruction: str | None = None) -> list[float]:
+        """Relevance of each document to ``query``: P(relevant) for rerankers, cosine for bi-encoders."""
+        return self._loop.run(self._score(query, documents, instruction))
+
+    def rerank(
+        self, query: str, documents: Iterable[str], *, top_n: int | None = None, instruction: str | None = None
+    ) -> list[tuple[int, float]]:
+        """(index, score) pairs, best first; ``top_n`` None keeps all, 0 or less returns []."""
+        return _ranked(self.score(query, documents, instruction=instruction), top_n)
+
+    # -- public async API --------------------------------------------------------------------------------------
+    async def aembed(
+        self,
+        texts: Iterable[str],
+        *,
+        kind: Literal["document", "query"] = "document",
+        instruction: str | None = None,
+        dimensions: int | None = None,
+        normalize: bool = True,
+        show_progress: bool | None = None,
+    ) -> np.ndarray:
+        return await self._loop.arun(self._embed(texts, kind, instruction, dimensions, normalize, show_progress))
+
+    async def ascore(self, query: str, documents: Iterable[str], *, instruction: str | None = None) -> list[float]:
+        return await self._loop.arun(self._score(query, documents, instruction))
+
+    async def arerank(
+        self, query: str, documents: Iterable[str], *, top_n: int | None = None, instruction: str | None = None
+    ) -> list[tuple[int, float]]:
+        return _ranked(await self.ascore(query, documents, instruction=instruction), top_n)
+
+    # -- implementation (runs on the engine loop) --------------------------------------------------------------
+    async def _embed(
+        self,
+        texts: Iterable[str],
+        kind: str,
+        instruction: str | None,
+        dimensions: int | None,
+        normalize: bool,
+        show_progress: bool | None,
+    ) -> np.ndarray:
+        if self.family.is_cross_encoder:
+            raise ValueError(f"{self.model} is a reranker ({self.family.name}); it scores pairs and cannot embed.")
+        if kind not in ("document", "query"):
+            raise ValueError(f"kind={kind!r} is not 'document' or 'query'.")
+        if instruction is not None and not isinstance(instruction, str):
+            raise TypeError(f"instruction is {type(instruction).__name__}, expected str or None.")
+        dimensions = check_dimensions(
+            dimensions, hidden_size=self.dimension, matryoshka=self.family.matryoshka, model=self.model
+        )
+        prefix = self.family.query_prefix(instruction) if kind == "query" else (
+            self.family.document_prompt if instruction is None else instruction
+        )
+        from vllm import PoolingParams
+
+        params = PoolingParams(task="embed", use_activation=normalize, dimensions=dimensions)
+        rows: list[np.ndarray] = []
+        with self._progress(texts, show_progress) as bar:
+            for first, chunk in _chunks(texts):
+                tokens = await asyncio.to_thread(self.tokenizer.encode_texts, chunk, prefix, first_index=first)
+                rows.extend(await self._encode(tokens, params, bar))
+        if not rows:
+            return np.zeros((0, dimensions or self.dimension), dtype=np.float32)
+        return np.stack(rows).astype(np.float32, copy=False)
+
+    async def _score(self, query: str, documents: Iterable[str], instruction: str | None) -> list[float]:
+        query = check_query(query)
+        if instruction is not None and not isinstance(instruction, str):
+            raise TypeError(f"instruction is {type(instruction).__name__}, expected str or None.")
+        if self.family.name == "bi-encoder" or self.family.name == "qwen3-embedding":
+            docs = await self._embed(documents, "document", None, None, True, None)
+            if len(docs) == 0:
+                return []
+            q = await self._embed([query], "query", instruction, None, True, None)
+            return [float(s) for s in docs @ q[0]]
+        if instruction is not None and self.family.name == "cross-encoder":
+            raise ValueError(f"{self.model} is a cross-encoder and takes no instruction; leave instruction unset.")
+        from vllm import PoolingParams
+
+        params = PoolingParams(task="classify", use_activation=True)
+        scores: list[float] = []
+        for first, chunk in _chunks(documents, what="documents"):
+            if self.family.name == "qwen3-reranker":
+                task = instruction if instruction is not None else self.family.default_instruction
+                tokens = await asyncio.to_thread(
+                    self.tokenizer.encode_qwen3_reranker, query, chunk, task, first_index=first
+                )
+            else:
+                tokens = await asyncio.to_thread(self.tokenizer.encode_pairs, query, chunk, first_index=first)
+            scores.extend(float(row.reshape(-1)[0]) for row in await self._encode(tokens, params, None))
+        return scores
+
+    async def _encode(self, tokens: list[Tokens], params: Any, bar: tqdm | None) -> list[np.ndarray]:
+        """Submit every prompt at once (the scheduler batches them) and return outputs in input order."""
+        from vllm.inputs import TokensPrompt
+        from vllm.v1.engine.exceptions import EngineDeadError as VLLMEngineDeadError
+
+        engine = await self._running_engine()
+        batch = uuid.uuid4().hex
+
+        async def one(index: int, item: Tokens) -> np.ndarray:
+            request_params = params
+            if item.type_ids is not None:
+                from vllm.entrypoints.pooling.scoring.utils import compress_token_type_ids
+
+                request_params = params.clone()
+                request_params.extra_kwargs = {"compressed_token_type_ids": compress_token_type_ids(item.type_ids)}
+            final = None
+            async for output in engine.encode(TokensPrompt(prompt_token_ids=item.ids), request_params, f"{batch}-{index}"):
+                final = output
+            if bar is not None:
+                bar.update(1)
+            return final.outputs.data.float().numpy()
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(one(i, t)) for i, t in enumerate(tokens)]
+        except* VLLMEngineDeadError as failure:
+            raise EngineDeadError(
+                f"The vLLM engine for {self.model} died while serving this call; the next call starts a new one."
+            ) from failure.exceptions[0]
+        return [task.result() for task in tasks]
+
+    async def _running_engine(self) -> Any:
+        """The live AsyncLLM, restarting it first if its process died."""
+        if self._vllm is not None and self._vllm.errored:
+            logger.warning("The vLLM engine for %s died; starting a new one.", self.model)
+            dead, self._vllm = self._vllm, None
+            dead.shutdown()
+        if self._vllm is None:
+            await self._start()
+        return self._vllm
+
+    def _progress(self, texts: Iterable[str], show_progress: bool | None) -> tqdm:
+        enabled = self.options.show_progress if show_progress is None else show_progress
+        total = len(texts) if hasattr(texts, "__len__") else None
+        return tqdm(total=total, disable=not enabled, desc="Embedding", unit="text")
+
+
+def _chunks(texts: Iterable[str], what: str = "texts") -> Iterator[tuple[int, list[str]]]:
+    """(index of first item, validated chunk) pairs; raises TypeError naming the global index of a bad item."""
+    if isinstance(texts, (str, bytes)) or texts is None:
+        raise TypeError(f"{what} must be a list of strings, not {type(texts).__name__}.")
+    iterator = iter(texts)
+    first = 0
+    while chunk := list(itertools.islice(iterator, CHUNK_SIZE)):
+        yield first, check_texts(chunk, what, first_index=first)
+        first += len(chunk)
+
+
+def _ranked(scores: list[float], top_n: int | None) -> list[tuple[int, float]]:
+    if top_n is not None and top_n <= 0:
+        return []
+    order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+    return [(i, scores[i]) for i in order[:top_n]]

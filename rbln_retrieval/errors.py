@@ -1,0 +1,21 @@
+"""Exceptions raised by rbln-retrieval; each message is one sentence naming the offending item."""
+
+
+class RBLNRetrievalError(Exception):
+    """Base class of this package's errors."""
+
+
+class ModelNotSupportedError(RBLNRetrievalError, ValueError):
+    """The model directory is missing, unreadable, or of an architecture we do not serve."""
+
+
+class DeviceUnavailableError(RBLNRetrievalError, RuntimeError):
+    """The requested device (or its runtime) is not present on this machine."""
+
+
+class EngineStartError(RBLNRetrievalError, RuntimeError):
+    """vLLM could not start an engine for the model."""
+
+
+class EngineDeadError(RBLNRetrievalError, RuntimeError):
+    """The engine process died while requests were in flight; the next call starts a fresh engine."""

@@ -1,0 +1,239 @@
+"""Model families: read a model directory and decide how it embeds or scores.
+
+The one table of retrieval presets. Everything is read from the directory (``config.json`` plus the
+sentence-transformers files ``modules.json``, ``1_Pooling/config.json``, ``config_sentence_transformers.json``,
+``sentence_bert_config.json``); the model's own prompts and pooling win over our defaults.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from rbln_retrieval.errors import ModelNotSupportedError
+
+logger = logging.getLogger(__name__)
+
+Pooling = Literal["MEAN", "CLS", "LAST"]
+FamilyName = Literal["qwen3-embedding", "qwen3-reranker", "bi-encoder", "cross-encoder"]
+
+QWEN3_DEFAULT_TASK = "Given a web search query, retrieve relevant passages that answer the query"
+QWEN3_QUERY_TEMPLATE = "Instruct: {instruction}\nQuery:"
+QWEN3_RERANKER_PREFIX = (
+    "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct "
+    'provided. Note that the answer can only be "yes" or "no".<|im_end|>\n<|im_start|>user\n'
+)
+QWEN3_RERANKER_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+QWEN3_RERANKER_PAIR = "<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {document}"
+# vLLM turns the causal LM's vocabulary head into one row, logit(yes) - logit(no); sigmoid of it is P(yes).
+QWEN3_RERANKER_OVERRIDES = {
+    "architectures": ["Qwen3ForSequenceClassification"],
+    "classifier_from_token": ["no", "yes"],
+    "is_original_qwen3_reranker": True,
+}
+
+_ST_POOLING_FLAGS: dict[str, Pooling] = {
+    "pooling_mode_mean_tokens": "MEAN",
+    "pooling_mode_cls_token": "CLS",
+    "pooling_mode_lasttoken": "LAST",
+}
+_BI_ENCODER_ARCHS = {"BertModel", "RobertaModel", "XLMRobertaModel", "ModernBertModel", "NomicBertModel"}
+_CROSS_ENCODER_ARCHS = {
+    "BertForSequenceClassification",
+    "RobertaForSequenceClassification",
+    "XLMRobertaForSequenceClassification",
+    "ModernBertForSequenceClassification",
+    "Qwen3ForSequenceClassification",
+}
+_QWEN3_ARCHS = {"Qwen3ForCausalLM", "Qwen3Model"}
+_ROBERTA_TYPES = {"roberta", "xlm-roberta"}
+
+
+@dataclass(frozen=True)
+class ModelFamily:
+    """How one model directory is turned into vectors or scores."""
+
+    name: FamilyName
+    architecture: str
+    hidden_size: int
+    max_length: int
+    pooling: Pooling | None = None  # bi-encoders only
+    normalize: bool = True
+    query_prompt: str = ""  # literal prefix for queries (Qwen3: the instruction template, formatted)
+    document_prompt: str = ""
+    default_instruction: str | None = None  # Qwen3 task description (embedding and reranker)
+    matryoshka: bool = False
+    uses_token_type_ids: bool = False
+    kv_bytes_per_token: int = 0  # causal models only: KV cache per token at fp32, for sizing the cache
+    hf_overrides: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_cross_encoder(self) -> bool:
+        return self.name in ("cross-encoder", "qwen3-reranker")
+
+    @property
+    def pooling_task(self) -> Literal["embed", "classify"]:
+        return "classify" if self.is_cross_encoder else "embed"
+
+    def query_prefix(self, instruction: str | None) -> str:
+        """The text placed before a query; ``instruction`` overrides the model's own prompt."""
+        if instruction is None:
+            return self.query_prompt
+        if self.name == "qwen3-embedding":
+            return QWEN3_QUERY_TEMPLATE.format(instruction=instruction)
+        return instruction
+
+
+def _read_json(path: Path) -> dict[str, Any] | list[Any] | None:
+    if not path.is_file():
+        return None
+    with path.open(encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _sentence_transformers_modules(model_dir: Path) -> list[dict[str, Any]]:
+    modules = _read_json(model_dir / "modules.json")
+    return modules if isinstance(modules, list) else []
+
+
+def _st_pooling(model_dir: Path, modules: list[dict[str, Any]]) -> Pooling | None:
+    pooling_dirs = [m.get("path", "") for m in modules if m.get("type", "").endswith("Pooling")]
+    for sub in pooling_dirs or ["1_Pooling"]:
+        cfg = _read_json(model_dir / sub / "config.json")
+        if not isinstance(cfg, dict):
+            continue
+        if mode := cfg.get("pooling_mode"):  # newer sentence-transformers writes one string
+            return {"mean": "MEAN", "cls": "CLS", "lasttoken": "LAST"}.get(mode)
+        for flag, pooling in _ST_POOLING_FLAGS.items():
+            if cfg.get(flag):
+                return pooling
+    return None
+
+
+def _max_length(model_dir: Path, config: dict[str, Any], user_max_length: int | None) -> int:
+    limits = []
+    positions = config.get("max_position_embeddings")
+    if positions:
+        # RoBERTa-style models number positions from padding_idx + 1.
+        offset = config.get("pad_token_id", 1) + 1 if config.get("model_type") in _ROBERTA_TYPES else 0
+        limits.append(positions - offset)
+    st_config = _read_json(model_dir / "sentence_bert_config.json")
+    if isinstance(st_config, dict) and st_config.get("max_seq_length"):
+        limits.append(int(st_config["max_seq_length"]))
+    if not limits:
+        raise ModelNotSupportedError(f"{model_dir} declares no maximum sequence length (max_position_embeddings).")
+    model_limit = min(limits)
+    if user_max_length is None:
+        return model_limit
+    if not 0 < user_max_length <= max(limits):
+        raise ValueError(f"max_length={user_max_length} is outside 1..{max(limits)} for {model_dir}.")
+    return user_max_length
+
+
+def _qwen3_task(query_prompt: str) -> str | None:
+    """Recover the task description from a Qwen3 query prompt such as 'Instruct: <task>\\nQuery:'."""
+    if query_prompt.startswith("Instruct: ") and query_prompt.endswith("\nQuery:"):
+        return query_prompt[len("Instruct: ") : -len("\nQuery:")]
+    return None
+
+
+def detect_family(model_dir: str | Path, *, max_length: int | None = None, family: str | None = None) -> ModelFamily:
+    """Read ``model_dir`` and return its preset, or raise ModelNotSupportedError naming what is missing."""
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise ModelNotSupportedError(f"Model directory {str(model_dir)!r} does not exist.")
+    config = _read_json(model_dir / "config.json")
+    if not isinstance(config, dict):
+        raise ModelNotSupportedError(f"{model_dir} has no config.json; is it a Hugging Face model directory?")
+    architectures = config.get("architectures") or []
+    arch = architectures[0] if architectures else ""
+    modules = _sentence_transformers_modules(model_dir)
+    st_config = _read_json(model_dir / "config_sentence_transformers.json")
+    prompts: dict[str, str] = (st_config or {}).get("prompts") or {} if isinstance(st_config, dict) else {}
+    pooling = _st_pooling(model_dir, modules)
+    common = dict(
+        architecture=arch,
+        hidden_size=int(config.get("hidden_size", 0)),
+        max_length=_max_length(model_dir, config, max_length),
+        hf_overrides=_config_fixes(config),
+    )
+    causal = dict(kv_bytes_per_token=_kv_bytes_per_token(config))
+
+    name = family or _family_name(arch, pooling, model_dir)
+    if name == "qwen3-reranker":
+        return ModelFamily(
+            name="qwen3-reranker",
+            default_instruction=QWEN3_DEFAULT_TASK,
+            **causal,
+            **{**common, "hf_overrides": {**common["hf_overrides"], **QWEN3_RERANKER_OVERRIDES}},
+        )
+    if name == "cross-encoder":
+        num_labels = len(config.get("id2label") or {}) or config.get("num_labels", 1)
+        if num_labels != 1:
+            raise ModelNotSupportedError(
+                f"{model_dir} is a classifier with {num_labels} labels; a reranker needs exactly one relevance logit."
+            )
+        return ModelFamily(name="cross-encoder", uses_token_type_ids=config.get("type_vocab_size", 0) > 1, **common)
+    normalize = any(m.get("type", "").endswith("Normalize") for m in modules)
+    document_prompt = prompts.get("document", prompts.get("passage", ""))
+    if name == "qwen3-embedding":
+        query_prompt = prompts.get("query", QWEN3_QUERY_TEMPLATE.format(instruction=QWEN3_DEFAULT_TASK))
+        return ModelFamily(
+            name="qwen3-embedding",
+            pooling="LAST",
+            normalize=True,
+            query_prompt=query_prompt,
+            document_prompt=document_prompt,
+            default_instruction=_qwen3_task(query_prompt) or QWEN3_DEFAULT_TASK,
+            matryoshka=True,
+            **causal,
+            # The Qwen3 configs lack vLLM's matryoshka flag (QwenLM/Qwen3-Embedding#85).
+            **{**common, "hf_overrides": {**common["hf_overrides"], "is_matryoshka": True}},
+        )
+    if pooling is None:
+        # sentence-transformers' own default when a checkpoint ships no pooling module.
+        logger.info("%s declares no pooling module; using mean pooling as sentence-transformers does.", model_dir)
+        pooling = "MEAN"
+    return ModelFamily(
+        name="bi-encoder",
+        pooling=pooling,
+        normalize=normalize,
+        query_prompt=prompts.get("query", ""),
+        document_prompt=document_prompt,
+        uses_token_type_ids=config.get("type_vocab_size", 0) > 1,
+        **common,
+    )
+
+
+def _family_name(arch: str, pooling: Pooling | None, model_dir: Path) -> FamilyName:
+    if arch in _CROSS_ENCODER_ARCHS:
+        return "cross-encoder"
+    if arch in _QWEN3_ARCHS:
+        # A Qwen3 checkpoint with a sentence-transformers pooling module is Qwen3-Embedding; the original
+        # Qwen3-Reranker is a bare causal LM whose yes/no logits are the score.
+        return "qwen3-embedding" if pooling is not None else "qwen3-reranker"
+    if arch in _BI_ENCODER_ARCHS:
+        return "bi-encoder"
+    supported = sorted(_BI_ENCODER_ARCHS | _CROSS_ENCODER_ARCHS | _QWEN3_ARCHS)
+    raise ModelNotSupportedError(
+        f"{model_dir} has architecture {arch or 'none'!r}, which rbln-retrieval does not support "
+        f"(supported: {', '.join(supported)})."
+    )
+
+
+def _config_fixes(config: dict[str, Any]) -> dict[str, Any]:
+    """hf_overrides that let vLLM 0.32 load configs written by current transformers."""
+    if config.get("model_type") in _ROBERTA_TYPES and "position_embedding_type" not in config:
+        # transformers 5.x omits it; vLLM's RoBERTa code reads it.
+        return {"position_embedding_type": "absolute"}
+    return {}
+
+
+def _kv_bytes_per_token(config: dict[str, Any]) -> int:
+    heads = config.get("num_attention_heads", 1)
+    head_dim = config.get("head_dim") or config.get("hidden_size", 0) // heads
+    kv_heads = config.get("num_key_value_heads") or heads
+    return 2 * config.get("num_hidden_layers", 1) * kv_heads * head_dim * 4

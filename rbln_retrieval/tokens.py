@@ -1,0 +1,112 @@
+"""Prompted text -> token ids, with the caller's truncation policy applied before the engine sees anything.
+
+We tokenize here rather than in vLLM so that truncation is defined for every input ("end" keeps the start,
+"start" keeps the end, "error" names the offending index) and templates are never cut.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from transformers import AutoTokenizer
+
+from rbln_retrieval.families import (
+    QWEN3_RERANKER_PAIR,
+    QWEN3_RERANKER_PREFIX,
+    QWEN3_RERANKER_SUFFIX,
+    ModelFamily,
+)
+
+
+@dataclass(frozen=True)
+class Tokens:
+    ids: list[int]
+    # Segment ids for BERT-style pair inputs; None where the model takes none.
+    type_ids: list[int] | None = None
+
+
+class PromptTokenizer:
+    def __init__(self, model_dir: str | Path, family: ModelFamily, truncate: str, *, trust_remote_code: bool = False):
+        self.family = family
+        self.truncate = truncate
+        self.max_length = family.max_length
+        self.hf = AutoTokenizer.from_pretrained(
+            str(model_dir),
+            trust_remote_code=trust_remote_code,
+            truncation_side="left" if truncate == "start" else "right",
+        )
+        self._num_special = len(self.hf("", add_special_tokens=True)["input_ids"])
+
+    # -- single texts (embeddings) ---------------------------------------------------------------------------
+    def encode_texts(self, texts: list[str], prefix: str, *, first_index: int = 0) -> list[Tokens]:
+        prompted = [prefix + text for text in texts]
+        if self.truncate == "end":
+            ids = self.hf(prompted, truncation=True, max_length=self.max_length)["input_ids"]
+            return [Tokens(i) for i in ids]
+        ids = self.hf(prompted, truncation=False)["input_ids"]
+        for pos, row in enumerate(ids):
+            if len(row) > self.max_length:
+                if self.truncate == "error":
+                    self._raise_too_long(first_index + pos, len(row))
+                ids[pos] = self._keep_end(prefix, texts[pos])
+        return [Tokens(i) for i in ids]
+
+    def _keep_end(self, prefix: str, text: str) -> list[int]:
+        """Keep the prompt and as much of the end of ``text`` as fits."""
+        prefix_len = len(self.hf(prefix, add_special_tokens=False)["input_ids"]) if prefix else 0
+        budget = self.max_length - self._num_special - prefix_len
+        if budget <= 0:
+            raise ValueError(f"The prompt {prefix!r} alone does not fit in max_length={self.max_length}.")
+        offsets = self.hf(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        for keep in range(budget, 0, -1):  # re-tokenizing at a cut can merge pieces differently: shrink until it fits
+            ids = self.hf(prefix + text[offsets[-keep][0] :])["input_ids"]
+            if len(ids) <= self.max_length:
+                return ids
+        return self.hf(prefix)["input_ids"]
+
+    # -- pairs (cross-encoders) ------------------------------------------------------------------------------
+    def encode_pairs(self, query: str, documents: list[str], *, first_index: int = 0) -> list[Tokens]:
+        if self.family.name == "qwen3-reranker":
+            raise AssertionError("use encode_qwen3_reranker for Qwen3-Reranker")
+        queries = [query] * len(documents)
+        truncation = self.truncate != "error"
+        enc = self.hf(
+            queries,
+            documents,
+            truncation="longest_first" if truncation else False,
+            max_length=self.max_length if truncation else None,
+            return_token_type_ids=self.family.uses_token_type_ids,
+        )
+        if not truncation:
+            for pos, row in enumerate(enc["input_ids"]):
+                if len(row) > self.max_length:
+                    self._raise_too_long(first_index + pos, len(row), what="documents", pair=True)
+        type_ids = enc.get("token_type_ids") if self.family.uses_token_type_ids else None
+        return [Tokens(ids, type_ids[pos] if type_ids else None) for pos, ids in enumerate(enc["input_ids"])]
+
+    def encode_qwen3_reranker(
+        self, query: str, documents: list[str], instruction: str, *, first_index: int = 0
+    ) -> list[Tokens]:
+        """Qwen3-Reranker's own recipe: fixed prefix and suffix tokens around the truncated pair text."""
+        prefix = self.hf(QWEN3_RERANKER_PREFIX, add_special_tokens=False)["input_ids"]
+        suffix = self.hf(QWEN3_RERANKER_SUFFIX, add_special_tokens=False)["input_ids"]
+        budget = self.max_length - len(prefix) - len(suffix)
+        pairs = [QWEN3_RERANKER_PAIR.format(instruction=instruction, query=query, document=d) for d in documents]
+        truncation = self.truncate != "error"
+        middles = self.hf(
+            pairs, add_special_tokens=False, truncation=truncation, max_length=budget if truncation else None
+        )["input_ids"]
+        out = []
+        for pos, middle in enumerate(middles):
+            if len(middle) > budget:
+                self._raise_too_long(first_index + pos, len(prefix) + len(middle) + len(suffix), "documents", True)
+            out.append(Tokens(prefix + middle + suffix))
+        return out
+
+    def _raise_too_long(self, index: int, count: int, what: str = "texts", pair: bool = False) -> None:
+        subject = f"query + {what}[{index}]" if pair else f"{what}[{index}]"
+        raise ValueError(
+            f"{subject} is {count} tokens, over max_length={self.max_length} (truncate='error'; "
+            "use truncate='end' or 'start' to cut it)."
+        )

