@@ -1,5 +1,6 @@
 """rbln-retrieval: embeddings and rerankers on Rebellions RBLN NPUs (and the CPU) through a bundled vLLM backend."""
 
+from rbln_retrieval.connect import get_engine
 from rbln_retrieval.engine import EngineOptions, PoolingEngine
 from rbln_retrieval.errors import (
     DeviceUnavailableError,
@@ -20,5 +21,6 @@ __all__ = [
     "PoolingEngine",
     "RBLNRetrievalError",
     "detect_family",
+    "get_engine",
 ]
 __version__ = "0.1.0"
