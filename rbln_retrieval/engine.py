@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import itertools
 import logging
 import os
@@ -92,6 +93,14 @@ class PoolingEngine:
             if engine is None or engine._vllm is None:
                 engine = cls._shared[key] = cls(model, **options)
             return engine
+
+    @classmethod
+    def close_all(cls) -> None:
+        """Close every shared engine (registered at exit so engine processes never outlive the program)."""
+        with cls._shared_lock:
+            engines = list(cls._shared.values())
+        for engine in engines:
+            engine.close()
 
     async def _start(self) -> None:
         _vllm_quiet()
@@ -312,3 +321,6 @@ def _ranked(scores: list[float], top_n: int | None) -> list[tuple[int, float]]:
         return []
     order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
     return [(i, scores[i]) for i in order[:top_n]]
+
+
+atexit.register(PoolingEngine.close_all)

@@ -1,0 +1,69 @@
+"""Independent references written with plain transformers (no vLLM, no rbln_retrieval tokenization)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+import torch
+from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+
+QWEN3_RERANKER_PREFIX = (
+    "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct "
+    'provided. Note that the answer can only be "yes" or "no".<|im_end|>\n<|im_start|>user\n'
+)
+QWEN3_RERANKER_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+
+
+@lru_cache(maxsize=None)
+def _load(kind: str, path: str):
+    loader = {"base": AutoModel, "causal": AutoModelForCausalLM, "seq-cls": AutoModelForSequenceClassification}[kind]
+    return AutoTokenizer.from_pretrained(path), loader.from_pretrained(path, dtype=torch.float32).eval()
+
+
+@torch.no_grad()
+def embed(path: str, texts: list[str], *, pooling: str, max_length: int, prefix: str = "", normalize=True,
+          dimensions: int | None = None) -> np.ndarray:
+    """One text at a time (no padding): pooled hidden states of the base model."""
+    tokenizer, model = _load("base", path)
+    rows = []
+    for text in texts:
+        enc = tokenizer(prefix + text, truncation=True, max_length=max_length, return_tensors="pt")
+        enc.pop("token_type_ids", None) if "token_type_ids" not in tokenizer.model_input_names else None
+        hidden = model(**enc).last_hidden_state[0]
+        vec = {"MEAN": hidden.mean(0), "CLS": hidden[0], "LAST": hidden[-1]}[pooling]
+        if dimensions is not None:
+            vec = vec[:dimensions]
+        if normalize:
+            vec = torch.nn.functional.normalize(vec, dim=0)
+        rows.append(vec.numpy())
+    return np.stack(rows)
+
+
+@torch.no_grad()
+def cross_encoder_scores(path: str, query: str, documents: list[str], *, max_length: int) -> list[float]:
+    tokenizer, model = _load("seq-cls", path)
+    scores = []
+    for doc in documents:
+        enc = tokenizer(query, doc, truncation=True, max_length=max_length, return_tensors="pt")
+        scores.append(torch.sigmoid(model(**enc).logits[0, 0]).item())
+    return scores
+
+
+@torch.no_grad()
+def qwen3_reranker_scores(path: str, query: str, documents: list[str], *, instruction: str,
+                          max_length: int) -> list[float]:
+    """The recipe from the Qwen3-Reranker model card: P(yes) from the LM head at the last position."""
+    tokenizer, model = _load("causal", path)
+    prefix = tokenizer.encode(QWEN3_RERANKER_PREFIX, add_special_tokens=False)
+    suffix = tokenizer.encode(QWEN3_RERANKER_SUFFIX, add_special_tokens=False)
+    yes, no = tokenizer.convert_tokens_to_ids("yes"), tokenizer.convert_tokens_to_ids("no")
+    scores = []
+    for doc in documents:
+        pair = f"<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {doc}"
+        middle = tokenizer(pair, add_special_tokens=False, truncation=True,
+                           max_length=max_length - len(prefix) - len(suffix))["input_ids"]
+        ids = torch.tensor([prefix + middle + suffix])
+        logits = model(input_ids=ids).logits[0, -1]
+        scores.append(torch.softmax(torch.stack([logits[no], logits[yes]]), 0)[1].item())
+    return scores
