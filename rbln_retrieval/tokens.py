@@ -36,6 +36,8 @@ class PromptTokenizer:
             trust_remote_code=trust_remote_code,
             truncation_side="left" if truncate == "start" else "right",
         )
+        # We enforce max_length ourselves; the tokenizer's own limit only adds a warning on untruncated passes.
+        self.hf.model_max_length = 1 << 62
         self._num_special = len(self.hf("", add_special_tokens=True)["input_ids"])
 
     # -- single texts (embeddings) ---------------------------------------------------------------------------

@@ -1,0 +1,156 @@
+"""all-MiniLM-L6-v2 with real weights against sentence-transformers, and the engine's public behaviour."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+from corpus import mixed_length
+
+from rbln_retrieval import PoolingEngine
+
+# Ten short passages and the question each one answers, written for this test.
+PASSAGES = [
+    "The Eiffel Tower was completed in 1889 for the World's Fair in Paris.",
+    "Photosynthesis converts sunlight, water and carbon dioxide into glucose and oxygen.",
+    "The Pacific Ocean is the largest and deepest of Earth's oceans.",
+    "Mount Everest, on the border of Nepal and China, is the highest mountain above sea level.",
+    "Insulin is a hormone made by the pancreas that regulates blood sugar.",
+    "The Great Fire of London in 1666 destroyed much of the medieval city.",
+    "Python lists are mutable sequences, while tuples cannot be changed after creation.",
+    "Honey bees communicate the location of flowers with a waggle dance.",
+    "The speed of light in a vacuum is about 299,792 kilometres per second.",
+    "Beethoven's Ninth Symphony ends with a choral setting of Schiller's Ode to Joy.",
+]
+QUESTIONS = [
+    "When was the Eiffel Tower built?",
+    "How do plants make sugar from sunlight?",
+    "Which ocean is the biggest?",
+    "What is the tallest mountain in the world?",
+    "Which organ produces insulin?",
+    "What disaster burned London in the 17th century?",
+    "What is the difference between a list and a tuple in Python?",
+    "How do bees tell each other where flowers are?",
+    "How fast does light travel?",
+    "Which symphony includes the Ode to Joy?",
+]
+
+
+@pytest.fixture(scope="module")
+def sentence_transformer(minilm):
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(minilm), device="cpu")
+
+
+def test_parity_with_sentence_transformers_on_mixed_lengths(minilm_engine, sentence_transformer):
+    texts = mixed_length(240)
+    lengths = [len(ids) for ids in sentence_transformer.tokenizer(texts)["input_ids"]]
+    assert sum(n > 256 for n in lengths) >= 8, "the corpus must exercise truncation"
+    ours = minilm_engine.embed(texts)
+    reference = sentence_transformer.encode(texts, batch_size=32, normalize_embeddings=True)
+    assert ours.shape == reference.shape == (240, 384) and ours.dtype == np.float32
+    cosines = (ours * reference).sum(1) / np.linalg.norm(ours, axis=1) / np.linalg.norm(reference, axis=1)
+    assert cosines.min() >= 0.99999, f"min cosine {cosines.min():.7f}"
+
+
+def test_labeled_questions_find_their_passage_first(minilm_engine):
+    for question, (index, _) in zip(QUESTIONS, [r[0] for r in _rankings(minilm_engine)]):
+        assert QUESTIONS.index(question) == index, f"{question!r} ranked passage {index} first"
+
+
+def _rankings(engine):
+    return [engine.rerank(q, PASSAGES, top_n=3) for q in QUESTIONS]
+
+
+def test_score_is_cosine_of_query_and_document_vectors(minilm_engine):
+    scores = minilm_engine.score(QUESTIONS[0], PASSAGES)
+    q = minilm_engine.embed([QUESTIONS[0]], kind="query")[0]
+    d = minilm_engine.embed(PASSAGES)
+    np.testing.assert_allclose(scores, d @ q, atol=1e-6)
+    assert all(type(s) is float for s in scores)
+
+
+def test_rerank_orders_by_score_and_respects_top_n(minilm_engine):
+    scores = minilm_engine.score(QUESTIONS[2], PASSAGES)
+    ranked = minilm_engine.rerank(QUESTIONS[2], PASSAGES)
+    assert [i for i, _ in ranked] == sorted(range(10), key=lambda i: -scores[i])
+    assert minilm_engine.rerank(QUESTIONS[2], PASSAGES, top_n=2) == ranked[:2]
+    assert minilm_engine.rerank(QUESTIONS[2], PASSAGES, top_n=0) == []
+    assert minilm_engine.rerank(QUESTIONS[2], PASSAGES, top_n=-1) == []
+    assert minilm_engine.rerank(QUESTIONS[2], PASSAGES, top_n=50) == ranked
+    assert minilm_engine.rerank(QUESTIONS[2], []) == []
+
+
+def test_normalize_false_returns_the_raw_pooled_vector(minilm_engine):
+    raw = minilm_engine.embed(PASSAGES[:3], normalize=False)
+    unit = minilm_engine.embed(PASSAGES[:3])
+    norms = np.linalg.norm(raw, axis=1)
+    assert not np.allclose(norms, 1.0)
+    np.testing.assert_allclose(raw / norms[:, None], unit, atol=1e-6)
+
+
+async def test_async_equals_sync_and_concurrent_calls_keep_their_order(minilm_engine):
+    texts = mixed_length(60)
+    expected = minilm_engine.embed(texts)
+    chunks = [texts[i : i + 7] for i in range(0, 60, 7)]
+    results = await asyncio.gather(*(minilm_engine.aembed(c) for c in chunks))
+    np.testing.assert_allclose(np.concatenate(results), expected, atol=1e-6)
+    assert await minilm_engine.ascore(QUESTIONS[1], PASSAGES) == pytest.approx(
+        minilm_engine.score(QUESTIONS[1], PASSAGES), abs=1e-6
+    )
+    assert [i for i, _ in await minilm_engine.arerank(QUESTIONS[1], PASSAGES, top_n=1)] == [1]
+
+
+async def test_async_call_does_not_block_the_event_loop(minilm_engine):
+    ticks = 0
+
+    async def ticker():
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0.005)
+
+    task = asyncio.create_task(ticker())
+    await minilm_engine.aembed(mixed_length(200))
+    task.cancel()
+    assert ticks > 5, "the caller's loop stalled while the engine worked"
+
+
+def test_iterator_input_is_consumed_in_order(minilm_engine):
+    texts = mixed_length(30)
+    np.testing.assert_allclose(minilm_engine.embed(iter(texts)), minilm_engine.embed(texts), atol=1e-6)
+
+
+def test_progress_bar_on_request(minilm_engine, capsys):
+    minilm_engine.embed(PASSAGES, show_progress=True)
+    assert "10/10" in capsys.readouterr().err
+
+
+def test_shared_returns_one_engine_per_model_and_options(minilm, minilm_engine):
+    assert PoolingEngine.shared(minilm, device="cpu", dtype="float32") is minilm_engine
+    assert PoolingEngine.shared(str(minilm), dtype="float32", device="cpu") is minilm_engine
+
+
+def test_truncate_error_names_the_index_and_token_count(minilm):
+    long_text = " ".join(f"word{i}" for i in range(2000))
+    engine = PoolingEngine.shared(minilm, device="cpu", dtype="float32", truncate="error")
+    with pytest.raises(ValueError, match=r"texts\[1\] is \d+ tokens, over max_length=256"):
+        engine.embed(["short", long_text])
+    assert engine.embed(["short"]).shape == (1, 384)
+
+
+def test_truncate_end_keeps_the_start_and_start_keeps_the_end_and_the_prompt(minilm_engine, minilm):
+    from rbln_retrieval.tokens import PromptTokenizer
+
+    long_text = " ".join(f"w{i}" for i in range(2000))
+    family = minilm_engine.family
+    head = PromptTokenizer(minilm, family, "end").encode_texts([long_text], "")[0].ids
+    tokenizer = PromptTokenizer(minilm, family, "start")
+    tail = tokenizer.encode_texts([long_text], "query: ")[0].ids
+    assert len(head) == len(tail) == 256
+    decode = tokenizer.hf.decode
+    assert decode(head[:4]).startswith("[CLS] w0 ")
+    assert decode(tail[:4]).startswith("[CLS] query :")
+    assert decode(tail).endswith("w1999 [SEP]")
