@@ -1,0 +1,13 @@
+"""LangChain integration for rbln-retrieval: embeddings and reranking on Rebellions RBLN NPUs (or the CPU)."""
+
+from importlib import metadata
+
+from langchain_rbln.embeddings import RBLNEmbeddings
+from langchain_rbln.rerank import RBLNReranker
+
+try:
+    __version__ = metadata.version("langchain-rbln")
+except metadata.PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = ""
+
+__all__ = ["RBLNEmbeddings", "RBLNReranker", "__version__"]

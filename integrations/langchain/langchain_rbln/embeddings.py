@@ -1,0 +1,146 @@
+"""RBLNEmbeddings: LangChain embeddings on Rebellions RBLN NPUs (or the CPU) through rbln-retrieval."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from langchain_core.embeddings import Embeddings
+from pydantic import Field
+from tqdm.auto import tqdm
+
+from langchain_rbln._engine import RBLNEngineModel, batches
+from rbln_retrieval.inputs import check_dimensions, check_texts
+
+
+class RBLNEmbeddings(RBLNEngineModel, Embeddings):
+    """Embedding model served by rbln-retrieval's pooling engine.
+
+    Works with sentence-transformers bi-encoders (BERT, RoBERTa, XLM-R; e.g. all-MiniLM-L6-v2, bge, e5) and
+    Qwen3-Embedding. The model's own prompts apply unless you override them: with Qwen3-Embedding,
+    `embed_query` sends `Instruct: <task>\\nQuery:<text>` out of the box, while `embed_documents` sends the text
+    as is. `query_prompt` and `document_prompt` show exactly what is placed before each kind of text.
+
+    Setup:
+        ```bash
+        pip install langchain-rbln
+        ```
+
+    Key init args:
+        model: str
+            Local model directory (alias `model_name`), or the model's name on the server in remote mode.
+        device: "auto" | "rbln" | "cpu"
+            Where the model runs.
+        query_instruction / document_instruction: str | None
+            None keeps the model family's own prompt; see the fields' documentation.
+        dimensions: int | None
+            Matryoshka size (Qwen3-Embedding); None keeps the full vector.
+        base_url / api_key / timeout:
+            Remote mode: talk to an `rbln-retrieval serve` server instead of running the model here.
+
+    Instantiate:
+        ```python
+        from langchain_rbln import RBLNEmbeddings
+
+        embeddings = RBLNEmbeddings(model="/models/Qwen3-Embedding-0.6B")
+        ```
+
+    Embed:
+        ```python
+        vector = embeddings.embed_query("What is an NPU?")
+        vectors = embeddings.embed_documents(["An NPU is a neural processing unit.", "Paris is in France."])
+        ```
+
+    Async (awaits the engine directly; concurrent calls are batched together by the engine):
+        ```python
+        vector = await embeddings.aembed_query("What is an NPU?")
+        ```
+
+    Objects with the same engine settings (model, device, dtype, max_length, truncate, engine_kwargs, remote
+    settings) share one engine, so creating several is cheap after the first.
+    """
+
+    normalize: bool = True
+    """Return unit-length vectors (cosine similarity equals dot product)."""
+
+    dimensions: int | None = Field(default=None, ge=1)
+    """Matryoshka output size for models that support it (Qwen3-Embedding); None keeps the model's full size."""
+
+    query_instruction: str | None = None
+    """None applies the model family's own query prompt (Qwen3-Embedding: `Instruct: <default task>\\nQuery:`;
+    bi-encoders: the `query` prompt of config_sentence_transformers.json, if any). A string replaces it: for
+    Qwen3-Embedding it is the task description put into the `Instruct: ...\\nQuery:` template, for other models
+    the literal text placed before each query."""
+
+    document_instruction: str | None = None
+    """None applies the model's own document prompt (usually none); a string is placed before each document."""
+
+    show_progress: bool = False
+    """Show a progress bar over `embed_documents` (advances once per `batch_size` texts)."""
+
+    def _check_local_engine(self, engine: Any) -> None:
+        if engine.family.is_cross_encoder:
+            raise ValueError(
+                f"{self.model} is a reranker ({engine.family.name}) and cannot embed; use RBLNReranker for it."
+            )
+        check_dimensions(
+            self.dimensions, hidden_size=engine.dimension, matryoshka=engine.family.matryoshka, model=self.model
+        )
+
+    @property
+    def query_prompt(self) -> str:
+        """The text placed before every query by `embed_query` (local engine)."""
+        return self.engine.family.query_prefix(self.query_instruction)
+
+    @property
+    def document_prompt(self) -> str:
+        """The text placed before every document by `embed_documents` (local engine)."""
+        if self.document_instruction is None:
+            return self.engine.family.document_prompt
+        return self.document_instruction
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """Embed documents; one list of Python floats per text, in input order."""
+        texts = check_texts(texts)
+        vectors: list[list[float]] = []
+        with self._progress(len(texts)) as bar:
+            for batch in batches(texts, self.batch_size):
+                vectors.extend(self.engine.embed(batch, **self._options("document")).tolist())
+                bar.update(len(batch))
+        return vectors
+
+    def embed_query(self, text: str) -> list[float]:
+        """Embed a query with the query prompt applied (see `query_instruction`)."""
+        return self.engine.embed([_check_text(text)], **self._options("query"))[0].tolist()
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        """Async `embed_documents`: awaits the engine without blocking the event loop or using a thread."""
+        texts = check_texts(texts)
+        vectors: list[list[float]] = []
+        with self._progress(len(texts)) as bar:
+            for batch in batches(texts, self.batch_size):
+                vectors.extend((await self.engine.aembed(batch, **self._options("document"))).tolist())
+                bar.update(len(batch))
+        return vectors
+
+    async def aembed_query(self, text: str) -> list[float]:
+        """Async `embed_query`."""
+        return (await self.engine.aembed([_check_text(text)], **self._options("query")))[0].tolist()
+
+    def _options(self, kind: Literal["document", "query"]) -> dict[str, Any]:
+        return {
+            "kind": kind,
+            "instruction": self.query_instruction if kind == "query" else self.document_instruction,
+            "dimensions": self.dimensions,
+            "normalize": self.normalize,
+            # Progress is reported here across batches; one engine bar per batch would restart every batch.
+            "show_progress": False,
+        }
+
+    def _progress(self, total: int) -> tqdm:
+        return tqdm(total=total, disable=not self.show_progress, desc="Embedding", unit="text")
+
+
+def _check_text(text: Any) -> str:
+    if not isinstance(text, str):
+        raise TypeError(f"text is {type(text).__name__}, expected str.")
+    return text

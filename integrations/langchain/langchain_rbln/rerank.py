@@ -1,0 +1,140 @@
+"""RBLNReranker: a LangChain document compressor that reranks with rbln-retrieval."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.callbacks import Callbacks
+from langchain_core.documents import BaseDocumentCompressor, Document
+
+from langchain_rbln._engine import RBLNEngineModel, batches
+
+
+class RBLNReranker(RBLNEngineModel, BaseDocumentCompressor):
+    """Reranker served by rbln-retrieval: cross-encoders, Qwen3-Reranker, or a bi-encoder's cosine similarity.
+
+    Scores are P(relevant) in [0, 1] for cross-encoders and Qwen3-Reranker, cosine similarity in [-1, 1] for
+    bi-encoders (embedding models).
+
+    Instantiate:
+        ```python
+        from langchain_rbln import RBLNReranker
+
+        reranker = RBLNReranker(model="/models/bge-reranker-v2-m3", top_n=3)
+        ```
+
+    Compress (new Documents, best first, each with `metadata["relevance_score"]`):
+        ```python
+        best = reranker.compress_documents(documents, "What is an NPU?")
+        ```
+
+    With a retriever (`langchain-classic`):
+        ```python
+        from langchain_classic.retrievers import ContextualCompressionRetriever
+
+        retriever = ContextualCompressionRetriever(
+            base_compressor=reranker, base_retriever=vector_store.as_retriever(search_kwargs={"k": 20})
+        )
+        ```
+
+    Indices and scores only (`rerank` ranks all inputs unless given `top_n`; it ignores the `top_n` and
+    `score_threshold` fields, which apply to `compress_documents`):
+        ```python
+        reranker.rerank(["An NPU is a chip.", "Paris is in France."], "What is an NPU?")
+        # [{"index": 0, "relevance_score": 0.93}, {"index": 1, "relevance_score": 0.01}]
+        ```
+    """
+
+    top_n: int | None = 3
+    """Documents `compress_documents` returns; None returns all of them, 0 or less returns []."""
+
+    score_threshold: float | None = None
+    """`compress_documents` drops documents scoring below this; None keeps every score."""
+
+    instruction: str | None = None
+    """Task description for Qwen3-Reranker (None: the model's default task) or the query prompt for a
+    bi-encoder (None: the model's own). Plain cross-encoders take none."""
+
+    def _check_local_engine(self, engine: Any) -> None:
+        if self.instruction is not None and engine.family.name == "cross-encoder":
+            raise ValueError(f"{self.model} is a cross-encoder and takes no instruction; leave instruction unset.")
+
+    def rerank(
+        self, documents: Sequence[str | Document], query: str, top_n: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Rank `documents` (strings or Documents) by relevance to `query`, best first.
+
+        Returns `{"index": <position in documents>, "relevance_score": <float>}` dicts; `top_n` None ranks all
+        documents and 0 or less returns []. Empty input returns [] without calling the engine.
+        """
+        texts = _page_contents(documents, strings_allowed=True)
+        if not texts or (top_n is not None and top_n <= 0):
+            return []
+        scores: list[float] = []
+        for batch in batches(texts, self.batch_size):
+            scores.extend(self.engine.score(query, batch, instruction=self.instruction))
+        return _ranked(scores, top_n)
+
+    async def arerank(
+        self, documents: Sequence[str | Document], query: str, top_n: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Async `rerank`: awaits the engine without blocking the event loop or using a thread."""
+        texts = _page_contents(documents, strings_allowed=True)
+        if not texts or (top_n is not None and top_n <= 0):
+            return []
+        scores: list[float] = []
+        for batch in batches(texts, self.batch_size):
+            scores.extend(await self.engine.ascore(query, batch, instruction=self.instruction))
+        return _ranked(scores, top_n)
+
+    def compress_documents(
+        self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None
+    ) -> Sequence[Document]:
+        """The `top_n` most relevant documents scoring at least `score_threshold`, best first.
+
+        Returns new Documents whose metadata is a deep copy of the input's plus `relevance_score`; the input
+        documents are not modified.
+        """
+        _page_contents(documents, strings_allowed=False)
+        return self._selected(documents, self.rerank(documents, query, top_n=self.top_n))
+
+    async def acompress_documents(
+        self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None
+    ) -> Sequence[Document]:
+        """Async `compress_documents`."""
+        _page_contents(documents, strings_allowed=False)
+        return self._selected(documents, await self.arerank(documents, query, top_n=self.top_n))
+
+    def _selected(self, documents: Sequence[Document], ranked: list[dict[str, Any]]) -> list[Document]:
+        out = []
+        for result in ranked:
+            if self.score_threshold is not None and result["relevance_score"] < self.score_threshold:
+                break  # ranked is best first: every later score is lower too
+            document = documents[result["index"]]
+            metadata = copy.deepcopy(document.metadata)
+            metadata["relevance_score"] = result["relevance_score"]
+            out.append(document.model_copy(update={"metadata": metadata}))
+        return out
+
+
+def _page_contents(documents: Sequence[str | Document], *, strings_allowed: bool) -> list[str]:
+    expected = "str or Document" if strings_allowed else "Document"
+    if isinstance(documents, (str, Document)):
+        raise TypeError(f"documents must be a sequence of {expected} objects, not a single {type(documents).__name__}.")
+    texts = []
+    for index, document in enumerate(documents):
+        if isinstance(document, Document):
+            texts.append(document.page_content)
+        elif strings_allowed and isinstance(document, str):
+            texts.append(document)
+        else:
+            raise TypeError(f"documents[{index}] is {type(document).__name__}, expected {expected}.")
+    return texts
+
+
+def _ranked(scores: list[float], top_n: int | None) -> list[dict[str, Any]]:
+    # Ties keep input order, as the engine's own rerank does.
+    order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+    return [{"index": i, "relevance_score": float(scores[i])} for i in order[:top_n]]
