@@ -1,0 +1,3 @@
+from llama_index.embeddings.rbln.base import RBLNEmbedding
+
+__all__ = ["RBLNEmbedding"]

@@ -1,0 +1,3 @@
+from llama_index.postprocessor.rbln_rerank.base import RBLNReranker
+
+__all__ = ["RBLNReranker"]

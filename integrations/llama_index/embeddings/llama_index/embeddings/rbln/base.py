@@ -1,0 +1,136 @@
+"""RBLNEmbedding: LlamaIndex embeddings on Rebellions RBLN NPUs (or the CPU) through rbln-retrieval."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Literal
+
+from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
+from llama_index.core.bridge.pydantic import Field, PrivateAttr, SecretStr, field_validator
+from rbln_retrieval import get_engine
+
+# One engine call embeds a whole batch and the engine's scheduler packs it into steps, so batches larger than
+# LlamaIndex's default of 10 cost nothing extra and save round trips.
+DEFAULT_RBLN_EMBED_BATCH_SIZE = 64
+
+
+class RBLNEmbedding(BaseEmbedding):
+    """Embeddings from a local model directory, served by rbln-retrieval's pooling engine.
+
+    Every model family rbln-retrieval supports works (BERT/RoBERTa/XLM-R bi-encoders, Qwen3-Embedding); pooling,
+    normalization and prompts come from the model directory. Objects with the same model and engine options share
+    one engine. With ``base_url`` the vectors come from an ``rbln-retrieval serve`` server instead.
+
+    Examples:
+        ```python
+        from llama_index.core import Settings
+        from llama_index.embeddings.rbln import RBLNEmbedding
+
+        Settings.embed_model = RBLNEmbedding(model_name="/models/Qwen3-Embedding-0.6B")
+        ```
+    """
+
+    model_name: str = Field(description="Path of the model directory (or the model's name on a remote server).")
+    device: Literal["auto", "rbln", "cpu"] = Field(
+        default="auto", description="'rbln' needs an RBLN NPU, 'cpu' never uses one, 'auto' picks the NPU if present."
+    )
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(default="auto", description="Weights and activations dtype.")
+    embed_batch_size: int = Field(
+        default=DEFAULT_RBLN_EMBED_BATCH_SIZE, gt=0, le=2048, description="Texts per engine call."
+    )
+    normalize: bool = Field(default=True, description="Return unit-length vectors.")
+    dimensions: int | None = Field(
+        default=None,
+        gt=0,
+        description="Matryoshka output size (Qwen3-Embedding); None keeps the model's full size.",
+    )
+    query_instruction: str | None = Field(
+        default=None,
+        description=(
+            "None applies the model's own query prompt (Qwen3-Embedding: its 'Instruct: ...\\nQuery:' template). "
+            "For Qwen3-Embedding a string is the task description placed in that template; for other models it is "
+            "the literal prefix, and '' sends queries unprompted."
+        ),
+    )
+    text_instruction: str | None = Field(
+        default=None,
+        description="None applies the model's own document prompt (usually none); a string is the literal prefix.",
+    )
+    max_length: int | None = Field(
+        default=None, gt=0, description="Token limit per text; None uses the model's own limit."
+    )
+    truncate: Literal["end", "start", "error"] = Field(
+        default="end",
+        description="Texts over max_length lose their end ('end'), their start ('start'), or raise ('error').",
+    )
+    show_progress: bool = Field(default=False, description="Show a progress bar per engine call.")
+    engine_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="Extra vLLM engine arguments for the local engine."
+    )
+    base_url: str | list[str] | None = Field(
+        default=None, description="URL of an rbln-retrieval server (or a list of replicas); None runs locally."
+    )
+    api_key: SecretStr | None = Field(
+        default=None, exclude=True, description="API key of the server; read from RBLN_API_KEY when not given."
+    )
+    timeout: float | None = Field(default=None, gt=0, description="Seconds to wait for a remote server.")
+
+    _engine: Any = PrivateAttr()
+
+    def __init__(self, model_name: str | os.PathLike[str] | None = None, *, model: Any = None, **kwargs: Any):
+        # ``model`` is the name the LangChain class and RBLNReranker use; ``model_name`` is LlamaIndex's.
+        if model is not None and model_name is not None:
+            raise ValueError("Pass the model as model_name or model, not both.")
+        model_name = model_name if model is None else model
+        if model_name is None:
+            raise ValueError("RBLNEmbedding needs model_name: the path of a model directory.")
+        if kwargs.get("api_key") is None and os.environ.get("RBLN_API_KEY"):
+            kwargs["api_key"] = os.environ["RBLN_API_KEY"]
+        super().__init__(model_name=model_name, **kwargs)
+        self._engine = get_engine(
+            self.model_name,
+            base_url=self.base_url,
+            api_key=self.api_key.get_secret_value() if self.api_key is not None else None,
+            timeout=self.timeout,
+            device=self.device,
+            dtype=self.dtype,
+            max_length=self.max_length,
+            truncate=self.truncate,
+            engine_kwargs=self.engine_kwargs,
+        )
+
+    @field_validator("model_name", mode="before")
+    @classmethod
+    def _path_to_str(cls, value: Any) -> Any:
+        return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "RBLNEmbedding"
+
+    def _options(self, kind: Literal["document", "query"]) -> dict[str, Any]:
+        return {
+            "kind": kind,
+            "instruction": self.query_instruction if kind == "query" else self.text_instruction,
+            "dimensions": self.dimensions,
+            "normalize": self.normalize,
+            "show_progress": self.show_progress,
+        }
+
+    def _get_query_embedding(self, query: str) -> Embedding:
+        return self._engine.embed([query], **self._options("query"))[0].tolist()
+
+    async def _aget_query_embedding(self, query: str) -> Embedding:
+        return (await self._engine.aembed([query], **self._options("query")))[0].tolist()
+
+    def _get_text_embedding(self, text: str) -> Embedding:
+        return self._get_text_embeddings([text])[0]
+
+    async def _aget_text_embedding(self, text: str) -> Embedding:
+        return (await self._aget_text_embeddings([text]))[0]
+
+    def _get_text_embeddings(self, texts: list[str]) -> list[Embedding]:
+        return self._engine.embed(texts, **self._options("document")).tolist()
+
+    async def _aget_text_embeddings(self, texts: list[str]) -> list[Embedding]:
+        return (await self._engine.aembed(texts, **self._options("document"))).tolist()

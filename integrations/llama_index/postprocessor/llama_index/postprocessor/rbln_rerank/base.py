@@ -1,0 +1,177 @@
+"""RBLNReranker: a LlamaIndex node postprocessor that reranks on Rebellions RBLN NPUs (or the CPU)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterator
+from typing import Any, Literal
+
+from llama_index.core.bridge.pydantic import Field, PrivateAttr, SecretStr, field_validator
+from llama_index.core.callbacks import CBEventType, EventPayload
+from llama_index.core.instrumentation import get_dispatcher
+from llama_index.core.instrumentation.events.rerank import ReRankEndEvent, ReRankStartEvent
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
+from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
+from rbln_retrieval import get_engine
+
+dispatcher = get_dispatcher(__name__)
+
+RETRIEVAL_SCORE_KEY = "retrieval_score"
+
+
+class RBLNReranker(BaseNodePostprocessor):
+    """Rerank retrieved nodes with a cross-encoder, Qwen3-Reranker or bi-encoder served by rbln-retrieval.
+
+    Scores are P(relevant) for cross-encoders and Qwen3-Reranker, cosine similarity for bi-encoders. Returns new
+    NodeWithScore objects, best first; the input list and its NodeWithScore objects are left as they were.
+
+    Examples:
+        ```python
+        from llama_index.postprocessor.rbln_rerank import RBLNReranker
+
+        reranker = RBLNReranker(model="/models/bge-reranker-v2-m3", top_n=3)
+        query_engine = index.as_query_engine(similarity_top_k=20, node_postprocessors=[reranker])
+        ```
+    """
+
+    model: str = Field(description="Path of the model directory (or the model's name on a remote server).")
+    top_n: int | None = Field(
+        default=3, description="Nodes to return, best first; None returns all, 0 or less returns none."
+    )
+    score_threshold: float | None = Field(
+        default=None, description="Drop nodes whose rerank score is below this value."
+    )
+    keep_retrieval_score: bool = Field(
+        default=False,
+        description="Copy each node and keep its retrieval score in metadata['retrieval_score'].",
+    )
+    instruction: str | None = Field(
+        default=None,
+        description=(
+            "Qwen3-Reranker: the task description (None uses the model's default). Bi-encoders: the query prefix. "
+            "Cross-encoders take none."
+        ),
+    )
+    batch_size: int = Field(default=64, gt=0, description="Nodes per engine call.")
+    device: Literal["auto", "rbln", "cpu"] = Field(
+        default="auto", description="'rbln' needs an RBLN NPU, 'cpu' never uses one, 'auto' picks the NPU if present."
+    )
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(default="auto", description="Weights and activations dtype.")
+    max_length: int | None = Field(
+        default=None, gt=0, description="Token limit per query + node pair; None uses the model's own limit."
+    )
+    truncate: Literal["end", "start", "error"] = Field(
+        default="end", description="Pairs over max_length are cut ('end' or 'start') or raise ('error')."
+    )
+    engine_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="Extra vLLM engine arguments for the local engine."
+    )
+    base_url: str | list[str] | None = Field(
+        default=None, description="URL of an rbln-retrieval server (or a list of replicas); None runs locally."
+    )
+    api_key: SecretStr | None = Field(
+        default=None, exclude=True, description="API key of the server; read from RBLN_API_KEY when not given."
+    )
+    timeout: float | None = Field(default=None, gt=0, description="Seconds to wait for a remote server.")
+
+    _engine: Any = PrivateAttr()
+
+    def __init__(self, **kwargs: Any):
+        if kwargs.get("api_key") is None and os.environ.get("RBLN_API_KEY"):
+            kwargs["api_key"] = os.environ["RBLN_API_KEY"]
+        super().__init__(**kwargs)
+        self._engine = get_engine(
+            self.model,
+            base_url=self.base_url,
+            api_key=self.api_key.get_secret_value() if self.api_key is not None else None,
+            timeout=self.timeout,
+            device=self.device,
+            dtype=self.dtype,
+            max_length=self.max_length,
+            truncate=self.truncate,
+            engine_kwargs=self.engine_kwargs,
+        )
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _path_to_str(cls, value: Any) -> Any:
+        return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "RBLNReranker"
+
+    def _postprocess_nodes(
+        self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
+    ) -> list[NodeWithScore]:
+        query, payload = self._start(nodes, query_bundle)
+        if not nodes or self._top_n == 0:  # nothing to score: the engine is never called
+            return self._end([])
+        with self.callback_manager.event(CBEventType.RERANKING, payload=payload) as event:
+            scores = [s for b in self._batches(nodes) for s in self._engine.score(query, b, instruction=self.instruction)]
+            result = self._select(nodes, scores)
+            event.on_end(payload={EventPayload.NODES: result})
+        return self._end(result)
+
+    async def _apostprocess_nodes(
+        self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
+    ) -> list[NodeWithScore]:
+        query, payload = self._start(nodes, query_bundle)
+        if not nodes or self._top_n == 0:
+            return self._end([])
+        with self.callback_manager.event(CBEventType.RERANKING, payload=payload) as event:
+            # All batches are awaited together, so the engine schedules them as one workload.
+            batches = await asyncio.gather(
+                *(self._engine.ascore(query, b, instruction=self.instruction) for b in self._batches(nodes))
+            )
+            result = self._select(nodes, [s for scores in batches for s in scores])
+            event.on_end(payload={EventPayload.NODES: result})
+        return self._end(result)
+
+    # -- shared by the sync and async paths ----------------------------------------------------------------------
+    @property
+    def _top_n(self) -> int | None:
+        return None if self.top_n is None else max(self.top_n, 0)
+
+    def _start(self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None) -> tuple[str, dict[str, Any]]:
+        """Check the query, emit ReRankStartEvent; return the query and the RERANKING callback payload."""
+        if query_bundle is None:
+            raise ValueError("RBLNReranker needs a query: pass query_bundle or query_str to postprocess_nodes.")
+        top_n = len(nodes) if self._top_n is None else self._top_n
+        dispatcher.event(ReRankStartEvent(query=query_bundle, nodes=nodes, top_n=top_n, model_name=self.model))
+        query = query_bundle.query_str
+        payload = {
+            EventPayload.NODES: nodes,
+            EventPayload.MODEL_NAME: self.model,
+            EventPayload.QUERY_STR: query,
+            EventPayload.TOP_K: top_n,
+        }
+        return query, payload
+
+    def _end(self, result: list[NodeWithScore]) -> list[NodeWithScore]:
+        dispatcher.event(ReRankEndEvent(nodes=result))
+        return result
+
+    def _batches(self, nodes: list[NodeWithScore]) -> Iterator[list[str]]:
+        texts = [n.node.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
+        for start in range(0, len(texts), self.batch_size):
+            yield texts[start : start + self.batch_size]
+
+    def _select(self, nodes: list[NodeWithScore], scores: list[float]) -> list[NodeWithScore]:
+        """New NodeWithScore objects, best first (ties keep retrieval order), after threshold and top_n."""
+        order = sorted(range(len(nodes)), key=lambda i: (-scores[i], i))
+        if self.score_threshold is not None:
+            order = [i for i in order if scores[i] >= self.score_threshold]
+        return [NodeWithScore(node=self._result_node(nodes[i]), score=float(scores[i])) for i in order[: self._top_n]]
+
+    def _result_node(self, original: NodeWithScore) -> BaseNode:
+        if not self.keep_retrieval_score:
+            return original.node
+        # A copy: the retrieved node may be the docstore's own object, which must not change.
+        node = original.node.model_copy()
+        node.metadata = {**original.node.metadata, RETRIEVAL_SCORE_KEY: original.score}
+        # Bookkeeping, not content: keep it out of the text the LLM and embedders see.
+        node.excluded_llm_metadata_keys = [*original.node.excluded_llm_metadata_keys, RETRIEVAL_SCORE_KEY]
+        node.excluded_embed_metadata_keys = [*original.node.excluded_embed_metadata_keys, RETRIEVAL_SCORE_KEY]
+        return node
