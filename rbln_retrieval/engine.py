@@ -107,8 +107,11 @@ class PoolingEngine:
         from vllm import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        if self.options.runner == "bundled":
-            logger.info("The bundled runner is not available yet; using vLLM's stock CPU runner.")
+        from rbln_retrieval import backend
+
+        # The bundled plugin runs on the host on CPU engines and on the NPU on device="rbln"; vLLM's processes
+        # started inside `activated` inherit the choice, and a stock engine's processes get the plugin off.
+        target = ("rbln" if self.device == "rbln" else "host") if self.options.runner == "bundled" else None
         kwargs = vllm_engine_kwargs(
             self.model,
             self.family,
@@ -116,9 +119,13 @@ class PoolingEngine:
             trust_remote_code=self.options.trust_remote_code,
             allow_pickle=self.options.allow_pickle,
             extra=self.options.engine_kwargs,
+            runner=self.options.runner,
+            target=target or "host",
+            strict_shapes=self.options.strict_shapes,
         )
         try:
-            self._vllm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
+            with backend.activated(target):
+                self._vllm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
         except Exception as exc:  # vLLM raises many types from deep inside; callers get one sentence.
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise EngineStartError(f"vLLM could not start an engine for {self.model}: {reason}") from exc
@@ -147,6 +154,18 @@ class PoolingEngine:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    def stats(self) -> dict[str, Any]:
+        """The bundled runner's counters since warmup: buckets, steps, useful/computed tokens, compiles, graph
+        breaks (see rbln_retrieval.backend.runner); the stock runner keeps none and reports only its name."""
+        if self.options.runner == "stock":
+            return {"runner": "stock"}
+        return self._loop.run(self._stats())
+
+    async def _stats(self) -> dict[str, Any]:
+        engine = await self._running_engine()
+        (stats,) = await engine.collective_rpc("bundled_stats")
+        return stats
 
     @property
     def dimension(self) -> int:

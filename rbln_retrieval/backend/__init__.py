@@ -1,6 +1,54 @@
-"""The bundled vLLM platform plugin (entry point group ``vllm.platform_plugins``)."""
+"""The bundled vLLM platform plugin (entry point group ``vllm.platform_plugins``).
+
+vLLM resolves its platform afresh in every process, so activation travels in an environment variable that the
+engine sets while it starts vLLM (child processes inherit it); merely installing the package activates nothing,
+so the plugin coexists with vLLM's CPU platform and with another vendor's plugin.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+logger = logging.getLogger(__name__)
+
+ACTIVATE_ENV = "RBLN_RETRIEVAL_BACKEND"
+TARGETS = ("host", "rbln")
+PLATFORM = "rbln_retrieval.backend.platform.BundledPlatform"
+# The bundled runner subclasses vLLM's V1 runner; V2 would otherwise be picked wherever Triton has a CPU backend.
+_ENGINE_ENV = {"VLLM_USE_V2_MODEL_RUNNER": "0"}
 
 
 def register() -> str | None:
     """vLLM calls this in every process; the plugin activates only when an engine asks for it."""
-    return None
+    target = os.environ.get(ACTIVATE_ENV)
+    if not target:
+        return None
+    if target not in TARGETS:
+        logger.warning("%s=%r is not one of %s; the bundled backend stays off.", ACTIVATE_ENV, target, TARGETS)
+        return None
+    return PLATFORM
+
+
+@contextmanager
+def activated(target: str | None) -> Iterator[None]:
+    """Environment for vLLM processes started inside the block: the plugin on ``target``, or off for None."""
+    if target is not None and target not in TARGETS:
+        raise ValueError(f"target={target!r} is not one of {TARGETS}.")
+    wanted = {ACTIVATE_ENV: target, **(_ENGINE_ENV if target else {})}
+    saved = {name: os.environ.get(name) for name in wanted}
+    try:
+        for name, value in wanted.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import glob
 import importlib.util
+import os
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from rbln_retrieval.errors import DeviceUnavailableError
 
@@ -42,3 +45,51 @@ def require() -> RuntimeProbe:
     if not found.usable:
         raise DeviceUnavailableError(f"device='rbln' cannot be used: {found.reason}; {INSTALL_HINT}.")
     return found
+
+
+@dataclass(frozen=True)
+class CompileBackend:
+    """What the bundled runner hands to torch.compile for one target."""
+
+    backend: Any  # a torch.compile backend: a name such as "eager" or a callable
+    options: dict[str, Any] | None
+
+
+def host_compile_backend(name: str, cache_dir: Path) -> CompileBackend:
+    if name == "inductor":
+        # Inductor's FX-graph cache under the model's cache directory is what a restart reuses.
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir / "inductor")
+        return CompileBackend("inductor", None)
+    if name == "eager":
+        return CompileBackend("eager", None)
+    raise ValueError(f"host_compile_backend={name!r} is not 'eager' or 'inductor'.")
+
+
+def rbln_compile_backend(cache_dir: Path, device_id: int = 0) -> CompileBackend:
+    """rebel's torch.compile backend for the NPU ``device_id``, caching compiled graphs in ``cache_dir``."""
+    require()
+    try:
+        from rebel.core.torch_compile import rbln_backend
+    except ImportError as exc:
+        raise DeviceUnavailableError(
+            f"device='rbln' cannot be used: rebel-compiler has no torch.compile backend ({exc}); {INSTALL_HINT}."
+        ) from exc
+    # The same option names vllm-rbln passes: one device per engine, strict mode (no silent CPU fallback).
+    options = {
+        "cache_dir": str(cache_dir / "rbln"),
+        "mode": "strict",
+        "tensor_parallel_size": 1,
+        "global_device_id": device_id,
+    }
+    return CompileBackend(rbln_backend, options)
+
+
+def npu_name(device_id: int = 0) -> str:
+    """The NPU's SoC name, e.g. for logs; raises the clear error when the runtime is absent."""
+    require()
+    import rebel
+
+    name = rebel.get_npu_name(device_id)
+    if not name:
+        raise DeviceUnavailableError(f"device='rbln' cannot be used: NPU {device_id} reports no name; {INSTALL_HINT}.")
+    return name

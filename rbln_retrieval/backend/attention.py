@@ -1,0 +1,204 @@
+"""One attention backend for the bundled runner's padded, context-free pooling steps.
+
+A step holds whole prompts packed back to back and padded up to a bucket. The metadata builder keeps vLLM's
+exact ``build(common_prefix_len, common_attn_metadata, fast_build=False)`` signature and derives everything from
+``CommonAttentionMetadata``: the bucket is ``num_actual_tokens``, the real tokens end at ``query_start_loc[-1]``.
+That keeps it correct when vLLM wraps it for encoder-only layers (the wrapper forwards exactly those three
+arguments and sets ``causal=False``).
+
+Two implementations, both parity-tested against the stock runner:
+- ``static``: the whole bucket in one masked attention whose shapes depend on the bucket only (what a
+  static-shape NPU graph needs; padding rows attend to themselves so they stay finite).
+- ``host``: vLLM's own variable-length CPU kernel on the real tokens only, padding rows zeroed; on the CPU it
+  avoids the bucket-squared mask (see bench/backend.py for the measurement).
+
+No step reads KV context (the bundled runner turns chunked prefill and prefix caching off), so nothing is
+written to the KV cache: pooling requests finish in the step that computes them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from vllm.config import VllmConfig
+from vllm.v1.attention.backend import AttentionImpl, AttentionMetadataBuilder, AttentionType, CommonAttentionMetadata
+from vllm.v1.attention.backends.cpu_attn import (
+    CPUAttentionBackend,
+    CPUAttentionBackendImpl,
+    CPUAttentionMetadata,
+    CPUAttentionMetadataBuilder,
+)
+from vllm.v1.kv_cache_interface import AttentionSpec, EncoderOnlyAttentionSpec
+
+from rbln_retrieval.backend.config import BundledConfig
+
+# Query rows per masked-attention tile: bounds the static path's score tensor at heads x TILE x bucket.
+TILE = 512
+
+
+@dataclass
+class PackedAttentionMetadata:
+    num_actual_tokens: int  # the bucket: every row the layer must write
+    num_real_tokens: int
+    causal: bool
+    # static path: per-token request index, padding rows -1 (they attend only among themselves)
+    seq_ids: torch.Tensor
+    # host path: vLLM's CPU kernel metadata for the real tokens (None on the static path)
+    host: CPUAttentionMetadata | None = None
+
+
+class PackedAttentionMetadataBuilder(AttentionMetadataBuilder[PackedAttentionMetadata]):
+    def __init__(
+        self, kv_cache_spec: AttentionSpec, layer_names: list[str], vllm_config: VllmConfig, device: torch.device
+    ) -> None:
+        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+        self.encoder_only = isinstance(kv_cache_spec, EncoderOnlyAttentionSpec)
+        self.impl = BundledConfig.from_vllm_config(vllm_config).attention
+        self.kernel: CPUAttentionMetadataBuilder | None = None
+        if self.impl == "host":
+            # The CPU kernel's scratch-cache path (its encoder path) attends within the step's own tokens,
+            # causal or not: exactly a context-free step.
+            self.kernel = CPUAttentionMetadataBuilder(kv_cache_spec, layer_names, vllm_config, device)
+            self.kernel.is_encoder_only_attention = True
+
+    def build(
+        self,
+        common_prefix_len: int,
+        common_attn_metadata: CommonAttentionMetadata,
+        fast_build: bool = False,
+    ) -> PackedAttentionMetadata:
+        cm = common_attn_metadata
+        bucket = cm.num_actual_tokens
+        query_start = cm.query_start_loc_cpu[: cm.num_reqs + 1]
+        real = int(query_start[-1])
+        query_lens = query_start[1:] - query_start[:-1]
+        if not torch.equal(query_lens.to(cm.seq_lens.dtype), cm.seq_lens.cpu()):
+            raise RuntimeError(
+                "The bundled runner got a step whose requests carry KV context (chunked prefill or prefix "
+                "caching is on); start the engine through rbln_retrieval so both are off."
+            )
+        causal = bool(cm.causal) and not self.encoder_only
+        seq_ids = torch.full((bucket,), -1, dtype=torch.int64)
+        seq_ids[:real] = torch.repeat_interleave(torch.arange(cm.num_reqs), query_lens)
+        host = None
+        if self.kernel is not None:
+            real_cm = CommonAttentionMetadata(
+                query_start_loc=cm.query_start_loc,
+                query_start_loc_cpu=cm.query_start_loc_cpu,
+                seq_lens=cm.seq_lens,
+                num_reqs=cm.num_reqs,
+                num_actual_tokens=real,
+                max_query_len=cm.max_query_len,
+                max_seq_len=cm.max_seq_len,
+                block_table_tensor=cm.block_table_tensor,
+                # The kernel writes its scratch slots here: never into the scheduler's slot mapping.
+                slot_mapping=torch.empty(real, dtype=torch.int64),
+                causal=causal,
+                positions=cm.positions[:real],
+            )
+            host = self.kernel.build(common_prefix_len, real_cm, fast_build)
+        return PackedAttentionMetadata(bucket, real, causal, seq_ids, host)
+
+
+class PackedAttentionImpl(AttentionImpl[PackedAttentionMetadata]):
+    def __init__(
+        self,
+        num_heads: int,
+        head_size: int,
+        scale: float,
+        num_kv_heads: int,
+        alibi_slopes: list[float] | None,
+        sliding_window: int | None,
+        kv_cache_dtype: str,
+        logits_soft_cap: float | None = None,
+        attn_type: str = AttentionType.DECODER,
+        kv_sharing_target_layer_name: str | None = None,
+        sinks: torch.Tensor | None = None,
+    ) -> None:
+        unsupported = {
+            "ALiBi": alibi_slopes is not None,
+            "sliding windows": sliding_window is not None,
+            "logit soft-capping": bool(logits_soft_cap),
+            "attention sinks": sinks is not None,
+            f"{attn_type} attention": attn_type not in (AttentionType.DECODER, AttentionType.ENCODER_ONLY),
+        }
+        if found := [name for name, present in unsupported.items() if present]:
+            raise NotImplementedError(f"The bundled pooling runner does not support {', '.join(found)}.")
+        self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
+        self.head_size = head_size
+        self.scale = float(scale)
+        # The host path delegates the real tokens to vLLM's CPU kernel (its scratch-cache encoder path).
+        self.kernel = CPUAttentionBackendImpl(
+            num_heads, head_size, scale, num_kv_heads, None, None, kv_cache_dtype,
+            attn_type=AttentionType.ENCODER_ONLY,
+        )
+
+    def forward(
+        self,
+        layer: torch.nn.Module,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        kv_cache: torch.Tensor,
+        attn_metadata: PackedAttentionMetadata | None,
+        output: torch.Tensor,
+        output_scale: torch.Tensor | None = None,
+        output_block_scale: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if output_scale is not None or output_block_scale is not None:
+            raise NotImplementedError("The bundled pooling runner does not fuse output quantization.")
+        if attn_metadata is None:  # vLLM's profiling pass
+            return output
+        md = attn_metadata
+        if md.host is not None:
+            real = md.num_real_tokens
+            self.kernel.forward(layer, query[:real], key[:real], value[:real], kv_cache, md.host, output[:real])
+            output[real : md.num_actual_tokens].zero_()
+            return output
+        output[: md.num_actual_tokens] = packed_attention(
+            query[: md.num_actual_tokens], key[: md.num_actual_tokens], value[: md.num_actual_tokens],
+            md.seq_ids, md.causal, self.scale,
+        )
+        return output
+
+
+def packed_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, seq_ids: torch.Tensor, causal: bool, scale: float
+) -> torch.Tensor:
+    """Block-diagonal attention over a packed bucket, in query tiles; every shape depends on the bucket only."""
+    tokens, heads, _ = query.shape
+    if key.shape[1] != heads:  # grouped-query attention
+        key = key.repeat_interleave(heads // key.shape[1], dim=1)
+        value = value.repeat_interleave(heads // value.shape[1], dim=1)
+    q, k, v = (t.transpose(0, 1) for t in (query, key, value))
+    positions = torch.arange(tokens)
+    tiles = []
+    for start in range(0, tokens, TILE):
+        rows = slice(start, min(start + TILE, tokens))
+        mask = seq_ids[rows, None] == seq_ids[None, :]
+        if causal:
+            mask &= positions[rows, None] >= positions[None, :]
+        tiles.append(F.scaled_dot_product_attention(q[:, rows], k, v, attn_mask=mask, scale=scale))
+    return torch.cat(tiles, dim=1).transpose(0, 1)
+
+
+class PackedAttentionBackend(CPUAttentionBackend):
+    """vLLM's CPU backend (its KV-cache layout and head sizes) with the packed-bucket builder and impl."""
+
+    forward_includes_kv_cache_update: ClassVar[bool] = True
+
+    @staticmethod
+    def get_name() -> str:
+        return "CUSTOM"
+
+    @staticmethod
+    def get_impl_cls() -> type[PackedAttentionImpl]:
+        return PackedAttentionImpl
+
+    @staticmethod
+    def get_builder_cls() -> type[PackedAttentionMetadataBuilder]:
+        return PackedAttentionMetadataBuilder

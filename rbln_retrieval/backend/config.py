@@ -1,0 +1,128 @@
+"""The bundled runner's settings: carried to the engine-core process inside vLLM's ``additional_config``."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+CONFIG_KEY = "rbln_retrieval"
+# Powers of two up to this many tokens, then steps of this size: bounds a full step's padding at a few percent
+# while keeping the number of compiled graphs (one per bucket) small.
+LINEAR_FROM = 1024
+SMALLEST_BUCKET = 16
+DEFAULT_MAX_TOKENS_PER_STEP = 4096
+
+
+def derive_buckets(max_length: int, max_num_batched_tokens: int) -> list[int]:
+    """Token-count buckets covering 1..max_num_batched_tokens (which must hold one full prompt)."""
+    if max_num_batched_tokens < max_length:
+        raise ValueError(
+            f"max_num_batched_tokens={max_num_batched_tokens} is below max_length={max_length}; "
+            "a step must hold one whole prompt."
+        )
+    buckets, size = [], SMALLEST_BUCKET
+    while size < min(max_num_batched_tokens, LINEAR_FROM):
+        buckets.append(size)
+        size *= 2
+    size = min(size, LINEAR_FROM)
+    while size < max_num_batched_tokens:
+        buckets.append(size)
+        size += LINEAR_FROM
+    buckets.append(max_num_batched_tokens)
+    return buckets
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("RBLN_RETRIEVAL_CACHE_DIR") or Path.home() / ".cache" / "rbln-retrieval" / "compile")
+
+
+@dataclass(frozen=True)
+class BundledConfig:
+    target: Literal["host", "rbln"] = "host"
+    buckets: tuple[int, ...] = ()
+    # "host": vLLM's variable-length CPU kernel inside the static graph; "static": masked bucket attention.
+    attention: Literal["host", "static"] = "host"
+    # host target only: the torch.compile backend that runs the graphs ("eager" traces without codegen).
+    host_compile_backend: Literal["eager", "inductor"] = "eager"
+    strict_shapes: bool = False
+    # Upstream vllm-rbln's prefill: one request per step padded to a single bucket (for comparison only).
+    one_request_per_step: bool = False
+    cache_key: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_vllm_config(cls, vllm_config: Any) -> BundledConfig:
+        raw = (vllm_config.additional_config or {}).get(CONFIG_KEY)
+        if raw is None:
+            raise RuntimeError("The bundled runner was loaded for an engine that did not ask for it.")
+        return cls(**{**raw, "buckets": tuple(raw["buckets"])})
+
+    @staticmethod
+    def requested(vllm_config: Any) -> bool:
+        return CONFIG_KEY in (getattr(vllm_config, "additional_config", None) or {})
+
+    def bucket_for(self, num_tokens: int) -> int:
+        for bucket in self.buckets:
+            if num_tokens <= bucket:
+                return bucket
+        raise RuntimeError(f"A step of {num_tokens} tokens exceeds the largest bucket ({self.buckets[-1]}).")
+
+    def cache_dir(self) -> Path:
+        """Compile artifacts for this model and configuration; the same key on the next start reuses them."""
+        key = json.dumps({**asdict(self), "strict_shapes": None}, sort_keys=True, default=str)
+        name = Path(str(self.cache_key.get("model", "model"))).name or "model"
+        return cache_root() / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+
+def engine_overrides(
+    *,
+    target: str,
+    max_length: int,
+    model: str,
+    dtype: str,
+    strict_shapes: bool,
+    user: dict[str, Any],
+) -> dict[str, Any]:
+    """vLLM engine arguments for the bundled runner; ``user`` holds the caller's ``additional_config`` entry."""
+    settings = dict(user)
+    one_per_step = bool(settings.get("one_request_per_step", False))
+    max_tokens = int(settings.pop("max_num_batched_tokens", max(max_length, DEFAULT_MAX_TOKENS_PER_STEP)))
+    if one_per_step:
+        # Upstream pads every prefill to one size; max_length is the smallest size that holds any prompt.
+        max_tokens = max_length
+    buckets = settings.pop("buckets", None) or derive_buckets(max_length, max_tokens)
+    buckets = sorted({int(b) for b in buckets})
+    if one_per_step:
+        buckets = [max_tokens]
+    if buckets[-1] < max_length or buckets[0] <= 0:
+        raise ValueError(f"buckets {buckets} must be positive and reach max_length={max_length}.")
+    from vllm import __version__ as vllm_version
+
+    bundled = BundledConfig(
+        target=target,  # type: ignore[arg-type]
+        buckets=tuple(buckets),
+        strict_shapes=strict_shapes,
+        cache_key={"model": model, "dtype": dtype, "max_length": max_length, "vllm": vllm_version},
+        **{k: v for k, v in settings.items() if k in ("attention", "host_compile_backend", "one_request_per_step")},
+    )
+    unknown = set(settings) - {"attention", "host_compile_backend", "one_request_per_step"}
+    if unknown:
+        raise ValueError(f"Unknown bundled-runner settings {sorted(unknown)} in additional_config[{CONFIG_KEY!r}].")
+    if target == "rbln" and bundled.attention == "host":
+        # vLLM's CPU kernel cannot run inside an NPU graph: the NPU always takes the static path.
+        bundled = BundledConfig(**{**asdict(bundled), "attention": "static"})
+    return {
+        "worker_cls": "rbln_retrieval.backend.worker.BundledWorker",
+        # The runner compiles its own static graphs; vLLM's dynamic-shape compilation stays off.
+        "enforce_eager": True,
+        # Causal pooling models would otherwise get both on, putting KV context into steps; a context-free
+        # step is what a static graph can run, and pooling requests never share a prompt prefix worth caching.
+        "enable_chunked_prefill": False,
+        "enable_prefix_caching": False,
+        "max_num_batched_tokens": buckets[-1],
+        **({"max_num_seqs": 1} if one_per_step else {}),
+        "additional_config": {CONFIG_KEY: {**asdict(bundled), "buckets": list(bundled.buckets)}},
+    }

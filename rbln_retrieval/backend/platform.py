@@ -1,0 +1,36 @@
+"""vLLM's CPU platform plus the bundled runner, for engines that ask for it in ``additional_config``.
+
+The plugin loads in every vLLM process of an engine started with the activation variable set, but an engine
+whose config does not carry the bundled settings (``runner="stock"``) gets exactly vLLM's CPU platform.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vllm.platforms.cpu import CpuPlatform
+
+from rbln_retrieval.backend.config import BundledConfig
+
+WORKER = "rbln_retrieval.backend.worker.BundledWorker"
+ATTENTION = "rbln_retrieval.backend.attention.PackedAttentionBackend"
+
+
+class BundledPlatform(CpuPlatform):
+    """Keeps the CPU enum (vLLM asks ``is_cpu()`` in many places); tensors stay on the host for both targets."""
+
+    @classmethod
+    def check_and_update_config(cls, vllm_config: Any) -> None:
+        if BundledConfig.requested(vllm_config) and vllm_config.parallel_config.worker_cls == "auto":
+            vllm_config.parallel_config.worker_cls = WORKER
+        super().check_and_update_config(vllm_config)
+
+    @classmethod
+    def get_attn_backend_cls(cls, selected_backend: Any, attn_selector_config: Any, num_heads: int | None = None) -> str:
+        from vllm.config import get_current_vllm_config  # vllm.config imports the platform while loading
+
+        if BundledConfig.requested(get_current_vllm_config()):
+            if attn_selector_config.use_mla or attn_selector_config.use_sparse:
+                raise NotImplementedError("The bundled pooling runner does not support MLA or sparse attention.")
+            return ATTENTION
+        return super().get_attn_backend_cls(selected_backend, attn_selector_config, num_heads)

@@ -1,0 +1,190 @@
+"""The bundled pooling runner: vLLM's V1 CPU runner with packed, bucket-padded, compiled static-shape steps.
+
+vLLM's scheduler packs many whole prompts into a step. This runner pads the step's token count up to the next
+declared bucket (the single choke point is ``_determine_batch_execution_and_padding``), builds attention
+metadata for the whole bucket, pads token_type_ids with the inputs, and runs model forward plus pooling as one
+torch.compile'd graph per bucket. Padding never reaches an output: pooling weights are zero on padding columns
+and only the step's requests are read back.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from vllm.config import CUDAGraphMode
+from vllm.forward_context import BatchDescriptor
+from vllm.v1.outputs import ModelRunnerOutput
+from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+
+from rbln_retrieval.backend import rbln_runtime
+from rbln_retrieval.backend.compile import RecordingBackend, allow_recompiles, graph_breaks
+from rbln_retrieval.backend.config import BundledConfig
+from rbln_retrieval.backend.pooling import TaskHead, decompose, pooling_weights
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class StepCounters:
+    steps: int = 0
+    useful_tokens: int = 0
+    computed_tokens: int = 0
+    steps_per_bucket: Counter = field(default_factory=Counter)
+
+    def record(self, bucket: int, real: int) -> None:
+        self.steps += 1
+        self.useful_tokens += real
+        self.computed_tokens += bucket
+        self.steps_per_bucket[bucket] += 1
+
+
+class BundledModelRunner(CPUModelRunner):
+    def __init__(self, vllm_config: Any, device: torch.device):
+        super().__init__(vllm_config, device)
+        self.bundled = BundledConfig.from_vllm_config(vllm_config)
+        self.counters = StepCounters()
+        self._bucket: int | None = None
+        self._pooled: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None
+        self.heads: dict[str, TaskHead] = {}
+        self.compile_backend: RecordingBackend | None = None
+        self._graph_breaks_at_start = 0
+
+    # -- model and graph -----------------------------------------------------------------------------------
+    def load_model(self, load_dummy_weights: bool = False) -> None:
+        super().load_model(load_dummy_weights)
+        if not self.is_pooling_model:
+            raise RuntimeError("The bundled runner serves pooling models only; start the engine with runner='pooling'.")
+        self.heads = decompose(self.model.pooler, list(self.get_supported_pooling_tasks()))
+        self.methods = sorted({head.method for head in self.heads.values()})
+        self.takes_token_types = "token_type_ids" in _parameters(self.model.forward)
+        cache_dir = self.bundled.cache_dir()
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        if self.bundled.target == "rbln":
+            chosen = rbln_runtime.rbln_compile_backend(cache_dir)
+        else:
+            chosen = rbln_runtime.host_compile_backend(self.bundled.host_compile_backend, cache_dir)
+        self.compile_backend = RecordingBackend(chosen.backend, chosen.options, strict=self.bundled.strict_shapes)
+        allow_recompiles(len(self.bundled.buckets) + 8)
+        self._graph_breaks_at_start = graph_breaks()
+        self._graph = torch.compile(self._forward_and_pool, backend=self.compile_backend, dynamic=False)
+        logger.info("Bundled runner (%s): buckets %s, cache %s", self.bundled.target, self.bundled.buckets, cache_dir)
+
+    def _forward_and_pool(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        weights: dict[str, torch.Tensor],
+        token_type_ids: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, dict[str, tuple[torch.Tensor, torch.Tensor]]]:
+        extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+        hidden = self.model(input_ids=input_ids, positions=positions, intermediate_tensors=None, inputs_embeds=None, **extra)
+        rows = hidden.float()
+        pooled = {task: head.in_graph(weights[head.method] @ rows) for task, head in self.heads.items()}
+        return hidden, pooled
+
+    def max_requests(self, bucket: int) -> int:
+        return min(bucket, self.scheduler_config.max_num_seqs)
+
+    # -- one step ------------------------------------------------------------------------------------------
+    def _determine_batch_execution_and_padding(self, num_tokens: int, num_reqs: int, *args: Any, **kwargs: Any):
+        self._bucket = self.bundled.bucket_for(num_tokens)
+        return CUDAGraphMode.NONE, BatchDescriptor(num_tokens=self._bucket), False, None, None
+
+    def _build_attention_metadata(self, *args: Any, **kwargs: Any):
+        # The attention layers write every row of the bucket: build their metadata for all of it.
+        kwargs["num_tokens_padded"] = self._bucket
+        return super()._build_attention_metadata(*args, **kwargs)
+
+    def _init_model_kwargs(self, num_reqs: int | None = None) -> dict[str, Any]:
+        kwargs = super()._init_model_kwargs(num_reqs)
+        if self.takes_token_types and self._bucket is not None:
+            # vLLM builds token_type_ids for the real tokens only; the graph takes the whole bucket (type 0 pads).
+            padded = torch.zeros(self._bucket, dtype=torch.int32)
+            if (real := kwargs.get("token_type_ids")) is not None:
+                padded[: real.shape[0]] = real
+            kwargs["token_type_ids"] = padded
+        return kwargs
+
+    def _model_forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        intermediate_tensors: Any = None,
+        inputs_embeds: torch.Tensor | None = None,
+        **model_kwargs: Any,
+    ) -> torch.Tensor:
+        if input_ids is None or inputs_embeds is not None or intermediate_tensors is not None:
+            raise NotImplementedError("The bundled runner takes token ids only (no prompt embeddings, no pipeline).")
+        unknown = set(model_kwargs) - {"token_type_ids"}
+        if unknown:
+            raise NotImplementedError(f"The bundled runner does not pass model inputs {sorted(unknown)}.")
+        bucket = input_ids.shape[0]
+        num_reqs = self.input_batch.num_reqs
+        query_start = self.query_start_loc.cpu[: num_reqs + 1].numpy()
+        real = int(query_start[-1])
+        input_ids[real:].zero_()  # stale ids from earlier steps would make padding depend on history
+        weights = pooling_weights(self.methods, query_start, bucket, self.max_requests(bucket))
+        self.compile_backend.current_bucket = bucket
+        hidden, self._pooled = self._graph(input_ids, positions, weights, model_kwargs.get("token_type_ids"))
+        self.counters.record(bucket, real)
+        return hidden
+
+    def _pool(self, hidden_states, num_scheduled_tokens, num_scheduled_tokens_np, kv_connector_output):
+        pooled, self._pooled = self._pooled, None
+        params = self.input_batch.get_pooling_params()
+        if pooled is None or any(p.task not in self.heads for p in params):
+            return super()._pool(hidden_states, num_scheduled_tokens, num_scheduled_tokens_np, kv_connector_output)
+        num_reqs = self.input_batch.num_reqs
+        prompt_lens = self.input_batch.num_prompt_tokens[:num_reqs]
+        if not np.array_equal(num_scheduled_tokens_np[:num_reqs], prompt_lens):
+            raise RuntimeError("The bundled runner needs whole prompts per step; chunked prefill must be off.")
+        outputs: list[torch.Tensor | None] = []
+        for i, p in enumerate(params):
+            raw, activated = pooled[p.task]
+            outputs.append(self.heads[p.task].finish(raw[i], activated[i], p).clone())
+        return ModelRunnerOutput(
+            req_ids=self.input_batch.req_ids.copy(),
+            req_id_to_index=self.input_batch.req_id_to_index.copy(),
+            kv_connector_output=kv_connector_output,
+            pooler_output=outputs,
+        )
+
+    # -- warmup and stats ----------------------------------------------------------------------------------
+    def finish_warmup(self) -> None:
+        """Everything compiled so far belongs to warmup: count serving steps from zero."""
+        self.compile_backend.warmed_up = True
+        self.counters = StepCounters()
+
+    def stats(self) -> dict[str, Any]:
+        backend = self.compile_backend
+        c = self.counters
+        return {
+            "runner": "bundled",
+            "target": self.bundled.target,
+            "attention": self.bundled.attention,
+            "buckets": list(self.bundled.buckets),
+            "steps": c.steps,
+            "steps_per_bucket": dict(sorted(c.steps_per_bucket.items())),
+            "useful_tokens": c.useful_tokens,
+            "computed_tokens": c.computed_tokens,
+            "compiles": len(backend.graphs),
+            "compiles_after_warmup": backend.compiles_after_warmup,
+            "graph_breaks": graph_breaks() - self._graph_breaks_at_start,
+            "graphs": [
+                {"bucket": g.bucket, "input_shapes": g.input_shapes, "after_warmup": g.after_warmup}
+                for g in backend.graphs
+            ],
+            "pooling_in_graph": sorted(self.heads),
+            "cache_dir": str(self.bundled.cache_dir()),
+        }
+
+
+def _parameters(fn: Any) -> set[str]:
+    import inspect
+
+    return set(inspect.signature(fn).parameters)

@@ -1,0 +1,78 @@
+"""Warm every bucket with a real pooling step once the KV cache exists, so nothing compiles while serving."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any
+
+from vllm.pooling_params import PoolingParams
+from vllm.v1.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
+
+logger = logging.getLogger(__name__)
+
+NULL_BLOCK = 0
+
+
+def _step(runner: Any, req_ids: list[str], new: list[NewRequestData], lengths: list[int]) -> SchedulerOutput:
+    empty = SchedulerOutput.make_empty()
+    empty.scheduled_new_reqs = new
+    empty.num_scheduled_tokens = dict(zip(req_ids, lengths))
+    empty.total_num_scheduled_tokens = sum(lengths)
+    empty.num_common_prefix_blocks = [0] * len(runner.kv_cache_config.kv_cache_groups)
+    return empty
+
+
+def _lengths(bucket: int, max_len: int, max_seqs: int) -> list[int]:
+    """Prompt lengths summing to ``bucket``, each within max_len, at most max_seqs of them."""
+    count = math.ceil(bucket / max_len)
+    if count > max_seqs:
+        raise RuntimeError(f"Bucket {bucket} cannot be filled by {max_seqs} prompts of at most {max_len} tokens.")
+    return [max_len] * (count - 1) + [bucket - max_len * (count - 1)]
+
+
+def warm_up(runner: Any) -> dict[str, float]:
+    """One real ``execute_model`` per bucket and per in-graph pooling task; returns seconds per bucket."""
+    model_config = runner.model_config
+    max_len, max_seqs = model_config.max_model_len, runner.scheduler_config.max_num_seqs
+    vocab = model_config.get_vocab_size()
+    # Only groups the scheduler sees get block ids; encoder-only layers live in a runner-only group.
+    visible = [
+        g for g in runner.kv_cache_config.kv_cache_groups if not set(g.layer_names) <= runner.runner_only_attn_layers
+    ]
+    tasks = sorted(runner.heads) or sorted(runner.get_supported_pooling_tasks())[:1]
+    seconds: dict[str, float] = {}
+    for bucket in runner.bundled.buckets:
+        for task in tasks:
+            started = time.perf_counter()
+            lengths = _lengths(bucket, max_len, max_seqs)
+            ids = [f"warmup-{bucket}-{task}-{i}" for i in range(len(lengths))]
+            new = []
+            for req_id, length in zip(ids, lengths):
+                params = PoolingParams(task=task)
+                params.verify(model_config)
+                blocks = tuple([NULL_BLOCK] * math.ceil(length / g.kv_cache_spec.block_size) for g in visible)
+                new.append(
+                    NewRequestData(
+                        req_id=req_id,
+                        prompt_token_ids=[1 + (i % (vocab - 1)) for i in range(length)],
+                        mm_features=[],
+                        sampling_params=None,
+                        pooling_params=params,
+                        block_ids=blocks,
+                        num_computed_tokens=0,
+                        lora_request=None,
+                    )
+                )
+            output = runner.execute_model(_step(runner, ids, new, lengths))
+            if output is None or output.pooler_output is None or any(o is None for o in output.pooler_output):
+                raise RuntimeError(f"Warmup of bucket {bucket} ({task}) produced no pooled output.")
+            finish = SchedulerOutput.make_empty()
+            finish.finished_req_ids = set(ids)
+            finish.scheduled_cached_reqs = CachedRequestData.make_empty()
+            runner.execute_model(finish)
+            seconds[f"{bucket}/{task}"] = time.perf_counter() - started
+    runner.finish_warmup()
+    logger.info("Warmed %d buckets x %s in %.1f s", len(runner.bundled.buckets), tasks, sum(seconds.values()))
+    return seconds
