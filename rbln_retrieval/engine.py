@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 from rbln_retrieval.device import resolve_device
 from rbln_retrieval.engine_args import vllm_engine_kwargs
 from rbln_retrieval.errors import EngineDeadError, EngineStartError
-from rbln_retrieval.families import FamilyName, ModelFamily, detect_family
+from rbln_retrieval.families import FamilyName, ModelFamily, check_weights, detect_family
 from rbln_retrieval.inputs import check_dimensions, check_query, check_texts
 from rbln_retrieval.loop import EngineLoop
 from rbln_retrieval.tokens import PromptTokenizer, Tokens
@@ -68,6 +68,7 @@ class PoolingEngine:
         self.family: ModelFamily = detect_family(
             self.model, max_length=self.options.max_length, family=self.options.family
         )
+        check_weights(self.model, allow_pickle=self.options.allow_pickle)
         if self.options.runner == "stock" and self.options.device == "rbln":
             raise ValueError("runner='stock' is vLLM's CPU runner; device='rbln' needs runner='bundled'.")
         self.device = resolve_device(self.options.device)

@@ -237,3 +237,17 @@ def _kv_bytes_per_token(config: dict[str, Any]) -> int:
     head_dim = config.get("head_dim") or config.get("hidden_size", 0) // heads
     kv_heads = config.get("num_key_value_heads") or heads
     return 2 * config.get("num_hidden_layers", 1) * kv_heads * head_dim * 4
+
+
+def check_weights(model_dir: str | Path, *, allow_pickle: bool) -> None:
+    """Refuse pickle-only checkpoints (loading them can run arbitrary code) unless the caller trusts them."""
+    model_dir = Path(model_dir)
+    if allow_pickle or any(model_dir.glob("*.safetensors")):
+        return
+    pickles = sorted(p.name for p in model_dir.glob("*") if p.suffix in (".bin", ".pt", ".pth", ".ckpt"))
+    if pickles:
+        raise ModelNotSupportedError(
+            f"{model_dir} has only pickle weights ({', '.join(pickles)}), which can run code when loaded; "
+            "convert them to safetensors or pass allow_pickle=True if you trust the source."
+        )
+    raise ModelNotSupportedError(f"{model_dir} has no weights (*.safetensors).")

@@ -28,10 +28,10 @@ def minilm_path() -> Path:
 def _save_tokenizer(path: Path, *, drop_token_type_ids: bool = False) -> Any:
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(minilm_path()))
-    if drop_token_type_ids:
-        # A BERT tokenizer on a Qwen3 model would make vLLM send token_type_ids, which Qwen3 rejects.
-        tokenizer.model_input_names = ["input_ids", "attention_mask"]
+    # A BERT tokenizer on a model without segment embeddings (Qwen3, RoBERTa, XLM-R) would send
+    # token_type_ids the model cannot take; real checkpoints of those families ship tokenizers without them.
+    extra = {"model_input_names": ["input_ids", "attention_mask"]} if drop_token_type_ids else {}
+    tokenizer = AutoTokenizer.from_pretrained(str(minilm_path()), **extra)
     tokenizer.save_pretrained(str(path))
     return tokenizer
 
@@ -99,7 +99,7 @@ def build_bi_encoder(
 
     path = Path(path)
     _seeded(seed)
-    tokenizer = _save_tokenizer(path)
+    tokenizer = _save_tokenizer(path, drop_token_type_ids=kind != "bert")
     model = AutoModel.from_config(_encoder_config(kind, len(tokenizer), tokenizer.pad_token_id))
     model.save_pretrained(str(path))
     _sentence_transformers_files(path, pooling, normalize=normalize, prompts=prompts)
@@ -112,7 +112,7 @@ def build_cross_encoder(path: str | Path, *, kind: str = "bert", seed: int = 0) 
 
     path = Path(path)
     _seeded(seed)
-    tokenizer = _save_tokenizer(path)
+    tokenizer = _save_tokenizer(path, drop_token_type_ids=kind != "bert")
     config = _encoder_config(kind, len(tokenizer), tokenizer.pad_token_id, num_labels=1)
     AutoModelForSequenceClassification.from_config(config).save_pretrained(str(path))
     return path
