@@ -49,7 +49,7 @@ def test_serialization_round_trip(minilm, cpu, monkeypatch):
     restored = RBLNEmbedding.from_json(original.to_json())
     assert restored.to_dict() == data
     assert restored.api_key.get_secret_value() == "secret-from-env"  # read from the environment again
-    assert restored.get_query_embedding("tides") == original.get_query_embedding("tides")
+    np.testing.assert_allclose(restored.get_query_embedding("tides"), original.get_query_embedding("tides"), atol=1e-6)
 
 
 def test_model_alias_and_missing_model(minilm, cpu, embedding):
@@ -92,9 +92,10 @@ def test_each_batch_is_one_engine_call(embedding, monkeypatch):
 
 async def test_async_equals_sync(embedding):
     query = "Why is the sea salty?"
-    np.testing.assert_allclose(await embedding.aget_query_embedding(query), embedding.get_query_embedding(query))
+    sync, asynchronous = embedding.get_query_embedding(query), await embedding.aget_query_embedding(query)
+    np.testing.assert_allclose(asynchronous, sync, atol=1e-6)
     text = "Seawater is salty because rivers carry minerals into the sea."
-    np.testing.assert_allclose(await embedding.aget_text_embedding(text), embedding.get_text_embedding(text))
+    np.testing.assert_allclose(await embedding.aget_text_embedding(text), embedding.get_text_embedding(text), atol=1e-6)
 
 
 def test_vector_store_index_finds_the_labeled_passage(embedding, corpus, corpus_nodes):
@@ -163,9 +164,13 @@ def test_qwen3_matryoshka_dimensions(qwen3, cpu):
     assert np.linalg.norm(vector) == pytest.approx(1.0, abs=1e-5)
 
 
-def test_bad_options_raise_clear_errors(minilm, cpu, embedding):
+def test_bad_options_raise_clear_errors(minilm, cpu, embedding, tiny_model, tmp_path):
     with pytest.raises(ValueError, match="device"):
         RBLNEmbedding(model_name=minilm, device="gpu")
+    with pytest.raises(ValueError, match="use RBLNReranker"):
+        RBLNEmbedding(model_name=tiny_model("bert-cross-encoder"), **cpu)
+    with pytest.raises(ValueError, match="does not exist"):
+        RBLNEmbedding(model_name=tmp_path / "missing", **cpu)
     with pytest.raises(ValueError, match="matryoshka"):
         RBLNEmbedding(model_name=minilm, dimensions=64, **cpu).get_text_embedding("text")
 

@@ -7,11 +7,14 @@ from typing import Any, Literal
 
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr, SecretStr, field_validator
-from rbln_retrieval import get_engine
+from rbln_retrieval import detect_family, get_engine
 
-# One engine call embeds a whole batch and the engine's scheduler packs it into steps, so batches larger than
-# LlamaIndex's default of 10 cost nothing extra and save round trips.
-DEFAULT_RBLN_EMBED_BATCH_SIZE = 64
+# One engine call submits a whole batch and vLLM's scheduler packs it into steps, so LlamaIndex's default of 10
+# would leave the steps mostly empty; the same default as langchain-rbln's batch_size.
+DEFAULT_RBLN_EMBED_BATCH_SIZE = 1024
+
+# Passed to rbln_retrieval.get_engine: objects whose values are equal share one engine.
+ENGINE_FIELDS = {"device", "dtype", "max_length", "truncate", "engine_kwargs", "base_url", "timeout"}
 
 
 class RBLNEmbedding(BaseEmbedding):
@@ -87,17 +90,11 @@ class RBLNEmbedding(BaseEmbedding):
         if kwargs.get("api_key") is None and os.environ.get("RBLN_API_KEY"):
             kwargs["api_key"] = os.environ["RBLN_API_KEY"]
         super().__init__(model_name=model_name, **kwargs)
-        self._engine = get_engine(
-            self.model_name,
-            base_url=self.base_url,
-            api_key=self.api_key.get_secret_value() if self.api_key is not None else None,
-            timeout=self.timeout,
-            device=self.device,
-            dtype=self.dtype,
-            max_length=self.max_length,
-            truncate=self.truncate,
-            engine_kwargs=self.engine_kwargs,
-        )
+        # Checked before an engine starts; a remote server checks its own model.
+        if self.base_url is None and detect_family(self.model_name).is_cross_encoder:
+            raise ValueError(f"{self.model_name} is a reranker, which scores pairs; use RBLNReranker for it.")
+        api_key = self.api_key.get_secret_value() if self.api_key is not None else None
+        self._engine = get_engine(self.model_name, api_key=api_key, **self.model_dump(include=ENGINE_FIELDS))
 
     @field_validator("model_name", mode="before")
     @classmethod

@@ -19,6 +19,9 @@ dispatcher = get_dispatcher(__name__)
 
 RETRIEVAL_SCORE_KEY = "retrieval_score"
 
+# Passed to rbln_retrieval.get_engine: objects whose values are equal share one engine.
+ENGINE_FIELDS = {"device", "dtype", "max_length", "truncate", "engine_kwargs", "base_url", "timeout"}
+
 
 class RBLNReranker(BaseNodePostprocessor):
     """Rerank retrieved nodes with a cross-encoder, Qwen3-Reranker or bi-encoder served by rbln-retrieval.
@@ -53,7 +56,9 @@ class RBLNReranker(BaseNodePostprocessor):
             "Cross-encoders take none."
         ),
     )
-    batch_size: int = Field(default=64, gt=0, description="Nodes per engine call.")
+    batch_size: int = Field(
+        default=1024, gt=0, description="Nodes per engine call (the engine's scheduler batches within a call)."
+    )
     device: Literal["auto", "rbln", "cpu"] = Field(
         default="auto", description="'rbln' needs an RBLN NPU, 'cpu' never uses one, 'auto' picks the NPU if present."
     )
@@ -81,17 +86,8 @@ class RBLNReranker(BaseNodePostprocessor):
         if kwargs.get("api_key") is None and os.environ.get("RBLN_API_KEY"):
             kwargs["api_key"] = os.environ["RBLN_API_KEY"]
         super().__init__(**kwargs)
-        self._engine = get_engine(
-            self.model,
-            base_url=self.base_url,
-            api_key=self.api_key.get_secret_value() if self.api_key is not None else None,
-            timeout=self.timeout,
-            device=self.device,
-            dtype=self.dtype,
-            max_length=self.max_length,
-            truncate=self.truncate,
-            engine_kwargs=self.engine_kwargs,
-        )
+        api_key = self.api_key.get_secret_value() if self.api_key is not None else None
+        self._engine = get_engine(self.model, api_key=api_key, **self.model_dump(include=ENGINE_FIELDS))
 
     @field_validator("model", mode="before")
     @classmethod
