@@ -226,6 +226,7 @@ class PoolingEngine:
         dimensions: int | None,
         normalize: bool,
         show_progress: bool | None,
+        what: str = "texts",
     ) -> np.ndarray:
         if self.family.is_cross_encoder:
             raise ValueError(f"{self.model} is a reranker ({self.family.name}); it scores pairs and cannot embed.")
@@ -244,7 +245,7 @@ class PoolingEngine:
         params = PoolingParams(task="embed", use_activation=normalize, dimensions=dimensions)
         rows: list[np.ndarray] = []
         with self._progress(texts, show_progress) as bar:
-            for first, chunk in _chunks(texts):
+            for first, chunk in _chunks(texts, what):
                 tokens = await asyncio.to_thread(self.tokenizer.encode_texts, chunk, prefix, first_index=first)
                 rows.extend(await self._encode(tokens, params, bar))
         if not rows:
@@ -256,7 +257,7 @@ class PoolingEngine:
         if instruction is not None and not isinstance(instruction, str):
             raise TypeError(f"instruction is {type(instruction).__name__}, expected str or None.")
         if self.family.name == "bi-encoder" or self.family.name == "qwen3-embedding":
-            docs = await self._embed(documents, "document", None, None, True, None)
+            docs = await self._embed(documents, "document", None, None, True, None, what="documents")
             if len(docs) == 0:
                 return []
             q = await self._embed([query], "query", instruction, None, True, None)

@@ -154,6 +154,7 @@ def detect_family(model_dir: str | Path, *, max_length: int | None = None, famil
     st_config = _read_json(model_dir / "config_sentence_transformers.json")
     prompts: dict[str, str] = (st_config or {}).get("prompts") or {} if isinstance(st_config, dict) else {}
     pooling = _st_pooling(model_dir, modules)
+    name = family or _family_name(arch, pooling, model_dir)
     common = dict(
         architecture=arch,
         hidden_size=int(config.get("hidden_size", 0)),
@@ -162,7 +163,6 @@ def detect_family(model_dir: str | Path, *, max_length: int | None = None, famil
     )
     causal = dict(kv_bytes_per_token=_kv_bytes_per_token(config))
 
-    name = family or _family_name(arch, pooling, model_dir)
     if name == "qwen3-reranker":
         return ModelFamily(
             name="qwen3-reranker",

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +63,30 @@ class RecordingBackend:
     @property
     def compiles_after_warmup(self) -> int:
         return sum(g.after_warmup for g in self.graphs)
+
+
+@contextmanager
+def strict_errors() -> Iterator[None]:
+    """Surface a strict_shapes refusal as itself instead of dynamo's BackendCompilerFailed wrapper."""
+    try:
+        yield
+    except torch._dynamo.exc.BackendCompilerFailed as exc:
+        if isinstance(exc.inner_exception, CompileAfterWarmupError):
+            raise exc.inner_exception from None
+        raise
+
+
+def recording_backend(bundled: Any) -> RecordingBackend:
+    """The target's compile backend (from rbln_runtime, the only module that touches rebel), recorded."""
+    from rbln_retrieval.backend import rbln_runtime
+
+    cache_dir = bundled.cache_dir()
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    if bundled.target == "rbln":
+        chosen = rbln_runtime.rbln_compile_backend(cache_dir)
+    else:
+        chosen = rbln_runtime.host_compile_backend(bundled.host_compile_backend, cache_dir)
+    return RecordingBackend(chosen.backend, chosen.options, strict=bundled.strict_shapes)
 
 
 def graph_breaks() -> int:

@@ -21,8 +21,13 @@ from vllm.forward_context import BatchDescriptor
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 
-from rbln_retrieval.backend import rbln_runtime
-from rbln_retrieval.backend.compile import RecordingBackend, allow_recompiles, graph_breaks
+from rbln_retrieval.backend.compile import (
+    RecordingBackend,
+    allow_recompiles,
+    graph_breaks,
+    recording_backend,
+    strict_errors,
+)
 from rbln_retrieval.backend.config import BundledConfig
 from rbln_retrieval.backend.pooling import TaskHead, decompose, pooling_weights
 
@@ -62,17 +67,12 @@ class BundledModelRunner(CPUModelRunner):
         self.heads = decompose(self.model.pooler, list(self.get_supported_pooling_tasks()))
         self.methods = sorted({head.method for head in self.heads.values()})
         self.takes_token_types = "token_type_ids" in _parameters(self.model.forward)
-        cache_dir = self.bundled.cache_dir()
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        if self.bundled.target == "rbln":
-            chosen = rbln_runtime.rbln_compile_backend(cache_dir)
-        else:
-            chosen = rbln_runtime.host_compile_backend(self.bundled.host_compile_backend, cache_dir)
-        self.compile_backend = RecordingBackend(chosen.backend, chosen.options, strict=self.bundled.strict_shapes)
+        self.compile_backend = recording_backend(self.bundled)
         allow_recompiles(len(self.bundled.buckets) + 8)
         self._graph_breaks_at_start = graph_breaks()
         self._graph = torch.compile(self._forward_and_pool, backend=self.compile_backend, dynamic=False)
-        logger.info("Bundled runner (%s): buckets %s, cache %s", self.bundled.target, self.bundled.buckets, cache_dir)
+        logger.info("Bundled runner (%s): buckets %s, cache %s", self.bundled.target, self.bundled.buckets,
+                    self.bundled.cache_dir())
 
     def _forward_and_pool(
         self,
@@ -89,6 +89,12 @@ class BundledModelRunner(CPUModelRunner):
 
     def max_requests(self, bucket: int) -> int:
         return min(bucket, self.scheduler_config.max_num_seqs)
+
+    def scheduler_kv_groups(self) -> list[Any]:
+        """KV-cache groups the scheduler sees; encoder-only layers live in a runner-only group it never sees."""
+        return [
+            g for g in self.kv_cache_config.kv_cache_groups if not set(g.layer_names) <= self.runner_only_attn_layers
+        ]
 
     # -- one step ------------------------------------------------------------------------------------------
     def _determine_batch_execution_and_padding(self, num_tokens: int, num_reqs: int, *args: Any, **kwargs: Any):
@@ -130,7 +136,8 @@ class BundledModelRunner(CPUModelRunner):
         input_ids[real:].zero_()  # stale ids from earlier steps would make padding depend on history
         weights = pooling_weights(self.methods, query_start, bucket, self.max_requests(bucket))
         self.compile_backend.current_bucket = bucket
-        hidden, self._pooled = self._graph(input_ids, positions, weights, model_kwargs.get("token_type_ids"))
+        with strict_errors():
+            hidden, self._pooled = self._graph(input_ids, positions, weights, model_kwargs.get("token_type_ids"))
         self.counters.record(bucket, real)
         return hidden
 
@@ -180,6 +187,15 @@ class BundledModelRunner(CPUModelRunner):
                 for g in backend.graphs
             ],
             "pooling_in_graph": sorted(self.heads),
+            "kv_cache_groups": {
+                "scheduler": len(self.scheduler_kv_groups()),
+                "runner_only": len(self.kv_cache_config.kv_cache_groups) - len(self.scheduler_kv_groups()),
+            },
+            # vLLM wraps the builder in a generated subclass for encoder-only layers: both names appear here.
+            "attention_builders": sorted(
+                {f"{type(b).__name__}({type(b).__mro__[1].__name__})" for gs in self.attn_groups for g in gs
+                 for b in g.metadata_builders}
+            ),
             "cache_dir": str(self.bundled.cache_dir()),
         }
 

@@ -37,10 +37,7 @@ def warm_up(runner: Any) -> dict[str, float]:
     model_config = runner.model_config
     max_len, max_seqs = model_config.max_model_len, runner.scheduler_config.max_num_seqs
     vocab = model_config.get_vocab_size()
-    # Only groups the scheduler sees get block ids; encoder-only layers live in a runner-only group.
-    visible = [
-        g for g in runner.kv_cache_config.kv_cache_groups if not set(g.layer_names) <= runner.runner_only_attn_layers
-    ]
+    visible = runner.scheduler_kv_groups()  # only these get block ids, as the scheduler would give them
     tasks = sorted(runner.heads) or sorted(runner.get_supported_pooling_tasks())[:1]
     seconds: dict[str, float] = {}
     for bucket in runner.bundled.buckets:
