@@ -179,6 +179,15 @@ def test_remote_options_reach_get_engine(monkeypatch):
     """Only the pass-through: the remote client itself belongs to rbln_retrieval and is tested there."""
     seen = {}
     monkeypatch.setattr(rbln_base, "get_engine", lambda model, **kw: seen.update(model=model, **kw))
-    RBLNEmbedding(model_name="served-model", base_url="http://127.0.0.1:9", api_key="k", timeout=5.0)
-    assert seen["model"] == "served-model"
-    assert (seen["base_url"], seen["api_key"], seen["timeout"]) == ("http://127.0.0.1:9", "k", 5.0)
+    RBLNEmbedding(model_name="served-model", base_url="http://127.0.0.1:9", api_key="k", timeout=5.0, max_length=64)
+    assert seen == {
+        "model": "served-model",
+        "base_url": "http://127.0.0.1:9",
+        "api_key": "k",
+        "timeout": 5.0,
+        "device": "auto",
+        "dtype": "auto",
+        "max_length": 64,
+        "truncate": "end",
+        "engine_kwargs": {},
+    }

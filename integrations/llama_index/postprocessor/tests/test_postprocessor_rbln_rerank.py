@@ -240,8 +240,19 @@ async def test_query_engine_with_reranker(minilm, cross_encoder, cpu, corpus_nod
 
 def test_remote_options_reach_get_engine(monkeypatch):
     """Only the pass-through: the remote client itself belongs to rbln_retrieval and is tested there."""
+    monkeypatch.setenv("RBLN_API_KEY", "from-env")
     seen = {}
     monkeypatch.setattr(rbln_base, "get_engine", lambda model, **kw: seen.update(model=model, **kw))
-    RBLNReranker(model="served-reranker", base_url=["http://127.0.0.1:9", "http://127.0.0.1:10"], timeout=2.0)
-    assert seen["model"] == "served-reranker"
-    assert (seen["base_url"], seen["timeout"]) == (["http://127.0.0.1:9", "http://127.0.0.1:10"], 2.0)
+    replicas = ["http://127.0.0.1:9", "http://127.0.0.1:10"]
+    RBLNReranker(model="served-reranker", base_url=replicas, timeout=2.0, dtype="bfloat16", engine_kwargs={"a": 1})
+    assert seen == {
+        "model": "served-reranker",
+        "base_url": replicas,
+        "api_key": "from-env",
+        "timeout": 2.0,
+        "device": "auto",
+        "dtype": "bfloat16",
+        "max_length": None,
+        "truncate": "end",
+        "engine_kwargs": {"a": 1},
+    }

@@ -17,6 +17,11 @@ DEFAULT_RBLN_EMBED_BATCH_SIZE = 1024
 ENGINE_FIELDS = {"device", "dtype", "max_length", "truncate", "engine_kwargs", "base_url", "timeout"}
 
 
+def _api_key_from_env() -> SecretStr | None:
+    key = os.environ.get("RBLN_API_KEY")
+    return SecretStr(key) if key else None
+
+
 class RBLNEmbedding(BaseEmbedding):
     """Embeddings from a local model directory, served by rbln-retrieval's pooling engine.
 
@@ -74,7 +79,9 @@ class RBLNEmbedding(BaseEmbedding):
         default=None, description="URL of an rbln-retrieval server (or a list of replicas); None runs locally."
     )
     api_key: SecretStr | None = Field(
-        default=None, exclude=True, description="API key of the server; read from RBLN_API_KEY when not given."
+        default_factory=_api_key_from_env,
+        exclude=True,
+        description="API key of the server; read from RBLN_API_KEY when not given. Never serialized.",
     )
     timeout: float | None = Field(default=None, gt=0, description="Seconds to wait for a remote server.")
 
@@ -87,14 +94,13 @@ class RBLNEmbedding(BaseEmbedding):
         model_name = model_name if model is None else model
         if model_name is None:
             raise ValueError("RBLNEmbedding needs model_name: the path of a model directory.")
-        if kwargs.get("api_key") is None and os.environ.get("RBLN_API_KEY"):
-            kwargs["api_key"] = os.environ["RBLN_API_KEY"]
         super().__init__(model_name=model_name, **kwargs)
         # Checked before an engine starts; a remote server checks its own model.
         if self.base_url is None and detect_family(self.model_name).is_cross_encoder:
             raise ValueError(f"{self.model_name} is a reranker, which scores pairs; use RBLNReranker for it.")
         api_key = self.api_key.get_secret_value() if self.api_key is not None else None
-        self._engine = get_engine(self.model_name, api_key=api_key, **self.model_dump(include=ENGINE_FIELDS))
+        options = {name: getattr(self, name) for name in ENGINE_FIELDS}
+        self._engine = get_engine(self.model_name, api_key=api_key, **options)
 
     @field_validator("model_name", mode="before")
     @classmethod

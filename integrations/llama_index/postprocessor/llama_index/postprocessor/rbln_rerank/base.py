@@ -23,6 +23,11 @@ RETRIEVAL_SCORE_KEY = "retrieval_score"
 ENGINE_FIELDS = {"device", "dtype", "max_length", "truncate", "engine_kwargs", "base_url", "timeout"}
 
 
+def _api_key_from_env() -> SecretStr | None:
+    key = os.environ.get("RBLN_API_KEY")
+    return SecretStr(key) if key else None
+
+
 class RBLNReranker(BaseNodePostprocessor):
     """Rerank retrieved nodes with a cross-encoder, Qwen3-Reranker or bi-encoder served by rbln-retrieval.
 
@@ -76,18 +81,19 @@ class RBLNReranker(BaseNodePostprocessor):
         default=None, description="URL of an rbln-retrieval server (or a list of replicas); None runs locally."
     )
     api_key: SecretStr | None = Field(
-        default=None, exclude=True, description="API key of the server; read from RBLN_API_KEY when not given."
+        default_factory=_api_key_from_env,
+        exclude=True,
+        description="API key of the server; read from RBLN_API_KEY when not given. Never serialized.",
     )
     timeout: float | None = Field(default=None, gt=0, description="Seconds to wait for a remote server.")
 
     _engine: Any = PrivateAttr()
 
     def __init__(self, **kwargs: Any):
-        if kwargs.get("api_key") is None and os.environ.get("RBLN_API_KEY"):
-            kwargs["api_key"] = os.environ["RBLN_API_KEY"]
         super().__init__(**kwargs)
         api_key = self.api_key.get_secret_value() if self.api_key is not None else None
-        self._engine = get_engine(self.model, api_key=api_key, **self.model_dump(include=ENGINE_FIELDS))
+        options = {name: getattr(self, name) for name in ENGINE_FIELDS}
+        self._engine = get_engine(self.model, api_key=api_key, **options)
 
     @field_validator("model", mode="before")
     @classmethod
