@@ -1,0 +1,181 @@
+"""Bundled runner vs vLLM's stock runner vs upstream-RBLN-style prefill (one request per step, padded).
+
+Per 1,000 passages: compiled-graph launches (steps), useful/computed tokens and host throughput, on a
+mixed-length corpus of real English text: the Python documentation's topic pages shipped with CPython
+(``pydoc_data.topics``, PSF license), consecutive paragraphs of one topic grouped 1 to 6 at a time.
+Models: all-MiniLM-L6-v2 (real weights) and a random-weight model with Qwen3-0.6B's architecture and sizes
+(weights are random, so only speed and counts mean anything; it borrows all-MiniLM-L6-v2's tokenizer).
+
+    HF_HUB_OFFLINE=1 TORCH_DEVICE_BACKEND_AUTOLOAD=0 .venv/bin/python bench/backend.py [--passages 520]
+
+A CPU gains little from batching; the counts (launches, padded tokens) are what carry over to the NPU.
+Stock steps are counted by wrapping the stock worker's execute_model through vLLM's collective_rpc (this needs
+VLLM_ALLOW_INSECURE_SERIALIZATION=1, set here for the benchmark's own engines only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
+
+QWEN3_0_6B = dict(
+    hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+    intermediate_size=3072, vocab_size=151669, max_position_embeddings=32768, tie_word_embeddings=True,
+    rope_theta=1000000, rms_norm_eps=1e-6,
+)
+
+
+def corpus(n: int, seed: int = 0) -> list[str]:
+    import pydoc_data.topics
+
+    rng = random.Random(seed)
+    passages = []
+    for topic in sorted(pydoc_data.topics.topics):
+        paragraphs = [" ".join(p.split()) for p in pydoc_data.topics.topics[topic].split("\n\n")]
+        paragraphs = [p for p in paragraphs if len(p.split()) >= 3 and not set(p) <= set("*=-~ ")]
+        while paragraphs:
+            take = rng.randint(1, 6)
+            passages.append(" ".join(paragraphs[:take]))
+            paragraphs = paragraphs[take:]
+    rng.shuffle(passages)
+    if len(passages) < n:
+        raise SystemExit(f"The corpus has {len(passages)} passages, fewer than {n}.")
+    return passages[:n]
+
+
+def qwen3_shaped(root: Path) -> Path:
+    """A Qwen3-Embedding-0.6B-shaped checkpoint with random bf16 weights (built once, ~1.2 GB)."""
+    path = root / "qwen3-0.6b-shaped"
+    if (path / "model.safetensors").exists():
+        return path
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from rbln_retrieval.testing import _save_tokenizer, _sentence_transformers_files
+
+    torch.manual_seed(0)
+    tokenizer = _save_tokenizer(path, drop_token_type_ids=True)
+    model = Qwen3ForCausalLM(Qwen3Config(pad_token_id=tokenizer.pad_token_id, **QWEN3_0_6B)).to(torch.bfloat16)
+    model.save_pretrained(str(path))
+    _sentence_transformers_files(path, "lasttoken", normalize=True, prompts={"query": "", "document": ""})
+    return path
+
+
+def _install_step_counter(worker: Any) -> None:
+    """Runs inside the stock engine's worker: count forward steps and their tokens (stock pads nothing)."""
+    runner = worker.model_runner
+    counts = runner.bench_counts = {"steps": 0, "useful_tokens": 0, "computed_tokens": 0}
+    original = runner.execute_model
+
+    def counted(scheduler_output, *args, **kwargs):
+        if scheduler_output.total_num_scheduled_tokens:
+            counts["steps"] += 1
+            counts["useful_tokens"] += scheduler_output.total_num_scheduled_tokens
+            counts["computed_tokens"] += scheduler_output.total_num_scheduled_tokens
+        return original(scheduler_output, *args, **kwargs)
+
+    runner.execute_model = counted
+
+
+def _read_step_counter(worker: Any) -> dict[str, int]:
+    counts = dict(worker.model_runner.bench_counts)
+    worker.model_runner.bench_counts.update(steps=0, useful_tokens=0, computed_tokens=0)
+    return counts
+
+
+def measure(model: Path, runner: str, settings: dict[str, Any], texts: list[str], **options: Any) -> dict[str, Any]:
+    from rbln_retrieval import PoolingEngine
+
+    extra = {"additional_config": {"rbln_retrieval": settings}} if runner == "bundled" else {}
+    started = time.perf_counter()
+    with PoolingEngine(model, device="cpu", runner=runner, engine_kwargs=extra, **options) as engine:
+        start_seconds = time.perf_counter() - started
+        engine.embed(texts[:8])  # first-call overheads (tokenizer, connections) are not what we measure
+        if runner == "stock":
+            engine._loop.run(engine._vllm.collective_rpc(_install_step_counter))
+        before = engine.stats() if runner == "bundled" else None
+        tic = time.perf_counter()
+        vectors = engine.embed(texts)
+        seconds = time.perf_counter() - tic
+        if runner == "stock":
+            (counts,) = engine._loop.run(engine._vllm.collective_rpc(_read_step_counter))
+        else:
+            after = engine.stats()
+            counts = {k: after[k] - before[k] for k in ("steps", "useful_tokens", "computed_tokens")}
+    n = len(texts)
+    return {
+        "steps_per_1000": counts["steps"] * 1000 / n,
+        "useful_over_computed": counts["useful_tokens"] / counts["computed_tokens"],
+        "passages_per_s": n / seconds,
+        "tokens": counts["useful_tokens"],
+        "start_seconds": start_seconds,
+        "vectors": vectors,
+    }
+
+
+CONFIGS = {
+    "bundled": ("bundled", {}),
+    "bundled, static attention": ("bundled", {"attention": "static"}),
+    "stock vLLM": ("stock", {}),
+    "one request/step, padded (upstream RBLN)": ("bundled", {"one_request_per_step": True}),
+}
+
+
+def main() -> None:
+    import numpy as np
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--passages", type=int, default=520)
+    parser.add_argument("--max-length", type=int, default=256)
+    parser.add_argument("--models", default="minilm,qwen3")
+    parser.add_argument("--model-dir", type=Path, default=Path("/tmp/rbln-bench-models"))
+    parser.add_argument("--out", type=Path, default=Path(__file__).with_name("backend_results.json"))
+    args = parser.parse_args()
+    from rbln_retrieval.testing import minilm_path
+
+    texts = corpus(args.passages)
+    models = {
+        "minilm": ("all-MiniLM-L6-v2 (fp32)", minilm_path, "float32", list(CONFIGS)),
+        "qwen3": ("Qwen3-0.6B-shaped, random (bf16)", lambda: qwen3_shaped(args.model_dir), "bfloat16",
+                  ["bundled", "stock vLLM", "one request/step, padded (upstream RBLN)"]),
+    }
+    rows = []
+    for key in args.models.split(","):
+        label, path_fn, dtype, configs = models[key]
+        path = path_fn()
+        results = {}
+        for name in configs:
+            runner, settings = CONFIGS[name]
+            results[name] = measure(path, runner, settings, texts, dtype=dtype, max_length=args.max_length)
+            print(f"{label} | {name}: " + json.dumps({k: round(v, 3) for k, v in results[name].items() if k != "vectors"}),
+                  flush=True)
+        reference = results["stock vLLM"]
+        for name, r in results.items():
+            drift = float(np.abs(r["vectors"] - reference["vectors"]).max())
+            rows.append({
+                "model": label, "runner": name, "steps_per_1000": round(r["steps_per_1000"], 1),
+                "useful_over_computed": round(r["useful_over_computed"], 3),
+                "passages_per_s": round(r["passages_per_s"], 1),
+                "x_stock": round(r["passages_per_s"] / reference["passages_per_s"], 2),
+                "max_abs_diff_vs_stock": drift, "tokens": r["tokens"],
+            })
+    args.out.write_text(json.dumps({"passages": args.passages, "max_length": args.max_length, "rows": rows}, indent=2))
+    print(f"\n{args.passages} passages, max_length {args.max_length}, {os.cpu_count()} CPUs\n")
+    print("| model | runner | steps / 1000 passages | useful / computed tokens | passages/s | x stock |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['model']} | {r['runner']} | {r['steps_per_1000']} | {r['useful_over_computed']} "
+              f"| {r['passages_per_s']} | {r['x_stock']} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""The bundled runner against vLLM's stock runner and plain transformers, then a mixed workload under
+strict_shapes: every graph at a declared bucket, nothing compiled after warmup, no graph breaks."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import reference
+from corpus import mixed_length, passages
+
+from rbln_retrieval.testing import BUILDERS
+
+FAMILIES = [*BUILDERS, "all-MiniLM-L6-v2"]
+TEXTS = mixed_length(40)  # one word to thousands (truncated at max_length)
+QUERY = "How are exceptions raised and handled in Python?"
+TOLERANCE = 1e-5
+
+
+def _outputs(engine):
+    """What the family serves: document and query vectors for embedders, scores for every family."""
+    family = engine.family
+    if family.is_cross_encoder:
+        return {"scores": np.array(engine.score(QUERY, TEXTS))}
+    return {
+        "documents": engine.embed(TEXTS),
+        "queries": engine.embed([QUERY, TEXTS[3]], kind="query"),
+        "scores": np.array(engine.score(QUERY, TEXTS[:9])),
+    }
+
+
+def _reference(path, family):
+    length = family.max_length
+    if family.name == "cross-encoder":
+        return {"scores": np.array(reference.cross_encoder_scores(str(path), QUERY, TEXTS, max_length=length))}
+    if family.name == "qwen3-reranker":
+        return {"scores": np.array(reference.qwen3_reranker_scores(
+            str(path), QUERY, TEXTS, instruction=family.default_instruction, max_length=length))}
+    kw = dict(pooling=family.pooling, max_length=length, normalize=family.normalize)
+    documents = reference.embed(str(path), TEXTS, prefix=family.document_prompt, **kw)
+    queries = reference.embed(str(path), [QUERY, TEXTS[3]], prefix=family.query_prompt, **kw)
+    return {"documents": documents, "queries": queries, "scores": documents[:9] @ queries[0]}
+
+
+@pytest.mark.parametrize("pair", FAMILIES, indirect=True)
+def test_bundled_equals_stock_equals_reference(pair):
+    path, bundled, stock = pair
+    ours, theirs, expected = _outputs(bundled), _outputs(stock), _reference(path, bundled.family)
+    for key in expected:
+        assert np.abs(ours[key] - theirs[key]).max() <= TOLERANCE, f"{key}: bundled vs stock"
+        assert np.abs(ours[key] - expected[key]).max() <= TOLERANCE, f"{key}: bundled vs transformers"
+    stats = bundled.stats()
+    assert stats["runner"] == "bundled" and stats["steps"] > 0
+    assert stats["useful_tokens"] < stats["computed_tokens"] <= stats["steps"] * stats["buckets"][-1]
+    family = bundled.family.name
+    assert stats["pooling_in_graph"] == ["classify" if family in ("cross-encoder", "qwen3-reranker") else "embed"]
+    assert stock.stats() == {"runner": "stock"}
+
+
+def _mixed_calls(engine, rng: random.Random) -> None:
+    """1 to 200 texts per call, 1 to max_length words each, queries and documents, embed and score."""
+    words = " ".join(passages()).split()
+
+    def texts(n):
+        out = []
+        for _ in range(n):
+            size = rng.randint(1, engine.family.max_length)
+            start = rng.randrange(len(words) - size)
+            out.append(" ".join(words[start : start + size]))
+        return out
+
+    for n in (1, 200, 3, 57, 1, 129, 17):
+        if not engine.family.is_cross_encoder:
+            assert engine.embed(texts(n), kind=rng.choice(["document", "query"])).shape[0] == n
+        assert len(engine.score(texts(1)[0], texts(n))) == n
+
+
+STRICT = ["all-MiniLM-L6-v2", "bert-cross-encoder", "qwen3-embedding", "qwen3-reranker", "bert-cls"]
+
+
+@pytest.mark.parametrize("pair", STRICT, indirect=True)
+def test_mixed_workload_runs_only_warmed_static_shapes(pair):
+    _, bundled, _ = pair
+    _mixed_calls(bundled, random.Random(7))
+    stats = bundled.stats()
+    buckets = stats["buckets"]
+    assert stats["compiles_after_warmup"] == 0 and stats["graph_breaks"] == 0
+    assert set(map(int, stats["steps_per_bucket"])) <= set(buckets)
+    assert stats["compiles"] == len(buckets), "one graph per bucket, compiled during warmup"
+    for graph in stats["graphs"]:
+        bucket = graph["bucket"]
+        assert bucket in buckets and not graph["after_warmup"]
+        shapes = graph["input_shapes"]
+        assert list(shapes["l_input_ids_"]) == [bucket] and list(shapes["l_positions_"]) == [bucket]
+        for shape in shapes.values():  # pooling weights are [requests, bucket]; everything else [bucket]
+            assert shape[-1] == bucket and all(0 < d <= bucket for d in shape)
+    assert sorted(stats["warmup_seconds"]) == sorted(f"{b}/{stats['pooling_in_graph'][0]}" for b in buckets)
+
+
+@pytest.mark.parametrize("pair", ["bert-cls"], indirect=True)
+def test_encoder_only_model_has_no_scheduler_kv_groups_and_a_wrapped_builder(pair):
+    """Both original failures: no KV group the scheduler sees, and vLLM's encoder-only builder wrapper."""
+    _, bundled, _ = pair
+    stats = bundled.stats()
+    assert stats["kv_cache_groups"] == {"scheduler": 0, "runner_only": 1}
+    assert stats["attention_builders"] == ["EncoderOnlyAttentionBuilder(PackedAttentionMetadataBuilder)"]
+
+
+@pytest.mark.parametrize("pair", ["qwen3-embedding"], indirect=True)
+def test_causal_model_uses_our_builder_unwrapped(pair):
+    _, bundled, _ = pair
+    stats = bundled.stats()
+    assert stats["kv_cache_groups"] == {"scheduler": 1, "runner_only": 0}
+    assert stats["attention_builders"] == ["PackedAttentionMetadataBuilder(AttentionMetadataBuilder)"]
+
+
+@pytest.fixture(scope="module")
+def static_attention(request, tiny_models, start_engine):
+    path = tiny_models[request.param]
+    engine = start_engine(path, "bundled", attention="static")
+    yield path, engine
+    engine.close()
+
+
+@pytest.mark.parametrize("static_attention", ["bert-cross-encoder", "qwen3-embedding"], indirect=True)
+def test_static_attention_path_matches_the_reference(static_attention):
+    """The NPU-shaped attention (one masked bucket) on the host: encoder-only with token types, and causal."""
+    path, engine = static_attention
+    assert engine.stats()["attention"] == "static"
+    ours, expected = _outputs(engine), _reference(path, engine.family)
+    for key in expected:
+        assert np.abs(ours[key] - expected[key]).max() <= TOLERANCE, key
+    stats = engine.stats()
+    assert stats["compiles_after_warmup"] == 0 and stats["graph_breaks"] == 0

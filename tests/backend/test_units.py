@@ -1,0 +1,145 @@
+"""Backend pieces that need no engine: activation, buckets, pooling weights, the attention builder and kernels."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from rbln_retrieval import backend
+from rbln_retrieval.backend.config import BundledConfig, derive_buckets, engine_overrides
+from rbln_retrieval.backend.pooling import pooling_weights
+
+
+def test_plugin_is_off_unless_an_engine_activates_it(monkeypatch):
+    monkeypatch.delenv(backend.ACTIVATE_ENV, raising=False)
+    assert backend.register() is None
+    with backend.activated("host"):
+        assert backend.register() == backend.PLATFORM
+        assert os.environ["VLLM_USE_V2_MODEL_RUNNER"] == "0"
+    assert backend.register() is None and backend.ACTIVATE_ENV not in os.environ
+    monkeypatch.setenv(backend.ACTIVATE_ENV, "host")
+    with backend.activated(None):  # a stock engine's processes never see the plugin
+        assert backend.register() is None
+    assert os.environ[backend.ACTIVATE_ENV] == "host"
+    monkeypatch.setenv(backend.ACTIVATE_ENV, "gpu")
+    assert backend.register() is None
+    with pytest.raises(ValueError, match="not one of"):
+        with backend.activated("gpu"):
+            pass
+
+
+def test_buckets_cover_every_step_size():
+    assert derive_buckets(256, 4096) == [16, 32, 64, 128, 256, 512, 1024, 2048, 3072, 4096]
+    assert derive_buckets(512, 512) == [16, 32, 64, 128, 256, 512]
+    assert derive_buckets(512, 1500) == [16, 32, 64, 128, 256, 512, 1024, 1500]
+    with pytest.raises(ValueError, match="below max_length"):
+        derive_buckets(512, 256)
+    config = BundledConfig(buckets=(16, 64, 512))
+    assert [config.bucket_for(n) for n in (1, 16, 17, 64, 65, 512)] == [16, 16, 64, 64, 512, 512]
+    with pytest.raises(RuntimeError, match="exceeds the largest bucket"):
+        config.bucket_for(513)
+
+
+def test_engine_overrides_turn_context_off_and_key_the_cache():
+    kw = engine_overrides(target="host", max_length=256, model="/m/minilm", dtype="float32", strict_shapes=True, user={})
+    assert kw["enable_chunked_prefill"] is False and kw["enable_prefix_caching"] is False
+    assert kw["enforce_eager"] is True and kw["max_num_batched_tokens"] == 4096
+    bundled = BundledConfig(**{**kw["additional_config"]["rbln_retrieval"]})
+    upstream = engine_overrides(target="host", max_length=256, model="/m/minilm", dtype="float32",
+                                strict_shapes=False, user={"one_request_per_step": True})
+    assert upstream["max_num_seqs"] == 1 and upstream["additional_config"]["rbln_retrieval"]["buckets"] == [256]
+    other = BundledConfig(**upstream["additional_config"]["rbln_retrieval"])
+    assert bundled.cache_dir() != other.cache_dir() and bundled.cache_dir().name.startswith("minilm-")
+    with pytest.raises(ValueError, match="Unknown bundled-runner settings"):
+        engine_overrides(target="host", max_length=256, model="m", dtype="auto", strict_shapes=False, user={"bucket": 1})
+
+
+def test_pooling_weights_are_zero_on_padding():
+    hidden = torch.randn(16, 4)
+    starts = np.array([0, 3, 4, 9])  # three requests, 9 real tokens, 7 padding rows
+    w = pooling_weights(["CLS", "LAST", "MEAN"], starts, bucket=16, max_requests=5)
+    assert all(t.shape == (5, 16) and not t[:, 9:].any() and not t[3:].any() for t in w.values())
+    torch.testing.assert_close((w["CLS"] @ hidden)[:3], hidden[[0, 3, 4]])
+    torch.testing.assert_close((w["LAST"] @ hidden)[:3], hidden[[2, 3, 8]])
+    expected = torch.stack([hidden[0:3].mean(0), hidden[3], hidden[4:9].mean(0)])
+    torch.testing.assert_close((w["MEAN"] @ hidden)[:3], expected)
+
+
+def _per_sequence(q, k, v, lengths, causal, scale):
+    out, start = [], 0
+    k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+    v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+    for n in lengths:
+        s = slice(start, start + n)
+        out.append(F.scaled_dot_product_attention(
+            q[s].transpose(0, 1), k[s].transpose(0, 1), v[s].transpose(0, 1), is_causal=causal, scale=scale
+        ).transpose(0, 1))
+        start += n
+    return torch.cat(out)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_static_attention_matches_per_sequence_attention(causal):
+    from rbln_retrieval.backend import attention
+
+    torch.manual_seed(0)
+    lengths, bucket = [5, 1, 700, 37], 1024  # 700 spans two query tiles
+    q, k, v = torch.randn(bucket, 4, 32), torch.randn(bucket, 2, 32), torch.randn(bucket, 2, 32)
+    seq_ids = torch.full((bucket,), -1)
+    seq_ids[: sum(lengths)] = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
+    out = attention.packed_attention(q, k, v, seq_ids, causal, 0.17)
+    real = sum(lengths)
+    expected = _per_sequence(q[:real], k[:real], v[:real], lengths, causal, 0.17)
+    assert (out[:real] - expected).abs().max() <= 1e-5
+    assert torch.isfinite(out[real:]).all(), "padding rows feed later layers and must stay finite"
+
+
+def test_strict_recording_backend_raises_on_a_compile_after_warmup():
+    from rbln_retrieval.backend.compile import CompileAfterWarmupError, RecordingBackend, strict_errors
+
+    recorder = RecordingBackend("eager", strict=True)
+    compiled = torch.compile(lambda ids, w: w @ ids.float(), backend=recorder, dynamic=False)
+    recorder.current_bucket = 16
+    compiled(torch.ones(16), torch.ones(4, 16))
+    recorder.warmed_up = True
+    compiled(torch.zeros(16), torch.ones(4, 16))  # a warmed shape runs without compiling
+    recorder.current_bucket = 32
+    with pytest.raises(CompileAfterWarmupError, match="strict_shapes: a graph was compiled after warmup for bucket 32"):
+        with strict_errors():
+            compiled(torch.ones(32), torch.ones(4, 32))
+    assert [(g.bucket, g.after_warmup) for g in recorder.graphs] == [(16, False), (32, True)]
+    assert recorder.graphs[0].input_shapes == {"l_ids_": (16,), "l_w_": (4, 16)}
+    assert recorder.compiles_after_warmup == 1
+
+
+def test_wrapped_encoder_only_builder_takes_only_vllms_arguments():
+    """vLLM wraps the platform's builder for encoder-only layers and calls build() with exactly three
+    arguments; ours derives the bucket, the real tokens and bidirectionality from CommonAttentionMetadata."""
+    from vllm.config import VllmConfig
+    from vllm.model_executor.layers.attention.encoder_only_attention import create_encoder_only_attention_backend
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+    from vllm.v1.kv_cache_interface import EncoderOnlyAttentionSpec
+
+    from rbln_retrieval.backend.attention import PackedAttentionBackend, PackedAttentionMetadataBuilder
+
+    wrapped = create_encoder_only_attention_backend(PackedAttentionBackend).get_builder_cls()
+    assert wrapped is not PackedAttentionMetadataBuilder and issubclass(wrapped, PackedAttentionMetadataBuilder)
+    # (the host implementation's builder needs a loaded model; the engine tests run it wrapped)
+    config = VllmConfig(additional_config={"rbln_retrieval": {"buckets": [8], "attention": "static"}})
+    spec = EncoderOnlyAttentionSpec(block_size=128, num_kv_heads=2, head_size=32, dtype=torch.float32)
+    builder = wrapped(spec, [], config, torch.device("cpu"))
+    starts = torch.tensor([0, 3, 5], dtype=torch.int32)
+    common = CommonAttentionMetadata(
+        query_start_loc=starts, query_start_loc_cpu=starts, seq_lens=torch.tensor([3, 2], dtype=torch.int32),
+        num_reqs=2, num_actual_tokens=8, max_query_len=3, max_seq_len=3,
+        block_table_tensor=torch.zeros(2, 1, dtype=torch.int32), slot_mapping=torch.zeros(5, dtype=torch.int64),
+        causal=True, positions=torch.tensor([0, 1, 2, 0, 1, 0, 0, 0]),
+    )
+    metadata = builder.build(0, common, False)
+    assert (metadata.num_actual_tokens, metadata.num_real_tokens, metadata.causal) == (8, 5, False)
+    assert metadata.seq_ids.tolist() == [0, 0, 0, 1, 1, -1, -1, -1]
+    assert common.causal is True, "the wrapper copies the metadata before it sets causal=False"
