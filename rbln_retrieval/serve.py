@@ -1,0 +1,74 @@
+"""`rbln-retrieval serve`: vLLM's own OpenAI-compatible server with the bundled backend and the family's presets.
+
+We write no HTTP server: this builds vLLM's serve arguments from the same preset table the in-process engine
+uses (hf_overrides, pooling, max length, runner settings) and runs vLLM's API server, which exposes
+/v1/embeddings, /classify, /score, /rerank, /health and /metrics, and shuts down cleanly on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from rbln_retrieval.device import resolve_device
+from rbln_retrieval.engine import EngineOptions, _vllm_quiet
+from rbln_retrieval.engine_args import vllm_engine_kwargs
+from rbln_retrieval.families import check_weights, detect_family
+
+
+def server_args(
+    model: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    api_key: str | None = None,
+    **options: Any,
+) -> tuple[argparse.Namespace, str | None]:
+    """vLLM's parsed serve arguments for ``model`` and the bundled-backend target to activate (None: stock)."""
+    opts = EngineOptions(**options)
+    family = detect_family(model, max_length=opts.max_length, family=opts.family)
+    check_weights(model, allow_pickle=opts.allow_pickle)
+    device = resolve_device(opts.device)
+    target = ("rbln" if device == "rbln" else "host") if opts.runner == "bundled" else None
+    kwargs = vllm_engine_kwargs(
+        model,
+        family,
+        dtype=opts.dtype,
+        trust_remote_code=opts.trust_remote_code,
+        allow_pickle=opts.allow_pickle,
+        extra=opts.engine_kwargs,
+        runner=opts.runner,
+        target=target or "host",
+        strict_shapes=opts.strict_shapes,
+    )
+    _vllm_quiet()
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    args = make_arg_parser(FlexibleArgumentParser()).parse_args([])
+    for name, value in kwargs.items():
+        setattr(args, name, value)
+    args.host, args.port = host, port
+    # The key travels in the namespace, never on a command line where `ps` would show it.
+    args.api_key = [api_key] if api_key else None
+    args.served_model_name = [model]
+    validate_parsed_serve_args(args)
+    return args, target
+
+
+def serve(model: str, *, host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None, **options: Any) -> int:
+    """Run the server in this process until SIGTERM or Ctrl-C; returns the exit code."""
+    import uvloop
+    from vllm.entrypoints.launchers.api_server.entry import run_server
+
+    from rbln_retrieval import backend
+
+    api_key = api_key or os.environ.get("RBLN_API_KEY")
+    args, target = server_args(model, host=host, port=port, api_key=api_key, **options)
+    with backend.activated(target):
+        try:
+            uvloop.run(run_server(args))
+        except KeyboardInterrupt:
+            pass
+    return 0
