@@ -142,7 +142,8 @@ async def test_async_batches_and_matches_sync(monkeypatch, minilm, cpu, minilm_e
     sizes = _spy(monkeypatch, embeddings.engine, "aembed")
     np.testing.assert_allclose(await embeddings.aembed_documents(texts), expected, atol=1e-6)
     assert sizes == [3, 3, 1]
-    np.testing.assert_allclose(await embeddings.aembed_query(texts[0]), minilm_embeddings.embed_query(texts[0]), atol=1e-6)
+    query = await embeddings.aembed_query(texts[0])
+    np.testing.assert_allclose(query, minilm_embeddings.embed_query(texts[0]), atol=1e-6)
 
 
 async def test_async_awaits_the_engine_without_threads_or_blocking(monkeypatch, minilm_embeddings):
