@@ -1,0 +1,64 @@
+"""Start `rbln-retrieval serve` replicas on loopback ports for tests, and tear them down with SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+SERVE = "import sys; from rbln_retrieval.serve import serve; sys.exit(serve(sys.argv[1], port=int(sys.argv[2]), device='cpu', dtype='float32'))"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, model: Path, log: Path, api_key: str | None = None):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        env = {**os.environ, **({"RBLN_API_KEY": api_key} if api_key else {})}
+        env.pop("RBLN_API_KEY", None) if api_key is None else None
+        self._log_file = log.open("wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", SERVE, str(model), str(self.port)],
+            stdout=self._log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )
+
+    def wait_ready(self, timeout: float = 600) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited with {self.process.returncode}: {self.log.read_text()[-2000:]}")
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(1)
+        raise TimeoutError(f"server on {self.url} not ready after {timeout} s")
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group (API server and engine core), as a crashed host would."""
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+    def stop(self) -> int | None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        self._log_file.close()
+        return self.process.returncode

@@ -1,0 +1,118 @@
+"""Remote mode: vLLM's OpenAI server with our presets, and the replica-aware client, against local results."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import numpy as np
+import pytest
+from corpus import mixed_length, passages
+from servers import Server
+
+from rbln_retrieval import PoolingEngine, get_engine
+from rbln_retrieval.remote import RemoteAuthError, RemoteEngine, RemoteError
+
+API_KEY = "test-secret-key-5f2a9c"
+QUERY = "How are exceptions raised and handled in Python?"
+
+
+@pytest.fixture(scope="module")
+def servers(minilm, tiny_models, tmp_path_factory):
+    """Two MiniLM replicas and one server per tiny reranker/Qwen3 family, all behind the same API key."""
+    logs = tmp_path_factory.mktemp("server-logs")
+    models = {"minilm-a": minilm, "minilm-b": minilm, **{name: tiny_models[name] for name in
+              ("qwen3-embedding", "qwen3-reranker", "bert-cross-encoder")}}
+    started = {name: Server(path, logs / f"{name}.log", api_key=API_KEY) for name, path in models.items()}
+    try:
+        for server in started.values():
+            server.wait_ready()
+        yield started
+    finally:
+        codes = {name: server.stop() for name, server in started.items()}
+    for name, code in codes.items():
+        assert name == "minilm-b" or code == 0, f"{name} did not shut down cleanly on SIGTERM (exit {code})"
+
+
+def _remote(model, *urls, **kwargs) -> RemoteEngine:
+    return RemoteEngine(model, base_url=list(urls), api_key=API_KEY, **kwargs)
+
+
+def test_remote_embed_equals_local_for_documents_and_queries(servers, minilm, minilm_engine):
+    texts = mixed_length(120)
+    with _remote(minilm, servers["minilm-a"].url) as remote:
+        np.testing.assert_allclose(remote.embed(texts), minilm_engine.embed(texts), atol=1e-5)
+        np.testing.assert_allclose(remote.embed([QUERY], kind="query"), minilm_engine.embed([QUERY], kind="query"),
+                                   atol=1e-5)
+        assert remote.score(QUERY, texts[:20]) == pytest.approx(minilm_engine.score(QUERY, texts[:20]), abs=1e-5)
+        assert [i for i, _ in remote.rerank(QUERY, texts[:20], top_n=5)] == [
+            i for i, _ in minilm_engine.rerank(QUERY, texts[:20], top_n=5)]
+        assert remote.embed([]).shape == (0, 384)
+
+
+def test_remote_qwen3_embedding_applies_the_query_instruction_like_local(servers, tiny_models):
+    path = tiny_models["qwen3-embedding"]
+    local = PoolingEngine.shared(path, device="cpu", dtype="float32")
+    with _remote(path, servers["qwen3-embedding"].url) as remote:
+        for kwargs in ({}, {"kind": "query"}, {"kind": "query", "instruction": "Find Python docs"}):
+            np.testing.assert_allclose(remote.embed([QUERY, "plain"], **kwargs), local.embed([QUERY, "plain"], **kwargs),
+                                       atol=1e-5)
+        np.testing.assert_allclose(remote.embed(["a b c"], dimensions=16), local.embed(["a b c"], dimensions=16),
+                                   atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["qwen3-reranker", "bert-cross-encoder"])
+async def test_remote_rerankers_equal_local(servers, tiny_models, name):
+    path = tiny_models[name]
+    local = PoolingEngine.shared(path, device="cpu", dtype="float32")
+    docs = mixed_length(30)[:30]
+    with _remote(path, servers[name].url) as remote:
+        assert remote.score(QUERY, docs) == pytest.approx(local.score(QUERY, docs), abs=1e-5)
+        assert await remote.ascore(QUERY, docs) == pytest.approx(local.score(QUERY, docs), abs=1e-5)
+        assert remote.rerank(QUERY, docs, top_n=3) == pytest.approx(local.rerank(QUERY, docs, top_n=3), abs=1e-5)
+
+
+def test_get_engine_with_base_url_is_remote_and_shared(servers, minilm):
+    engine = get_engine(minilm, base_url=servers["minilm-a"].url, api_key=API_KEY, device="cpu", dtype="float32")
+    assert isinstance(engine, RemoteEngine)
+    assert get_engine(minilm, base_url=servers["minilm-a"].url, api_key=API_KEY, device="cpu",
+                      dtype="float32") is engine
+
+
+def test_api_key_required_and_never_shown(servers, minilm, caplog):
+    caplog.set_level(logging.DEBUG)
+    with RemoteEngine(minilm, base_url=servers["minilm-a"].url, api_key=None) as anonymous:
+        with pytest.raises(RemoteAuthError, match="HTTP 401.*set api_key"):
+            anonymous.embed(["x"])
+    with _remote(minilm, servers["minilm-a"].url) as remote:
+        assert remote.embed(["x"]).shape == (1, 384)
+        assert API_KEY not in repr(remote)
+    assert API_KEY not in caplog.text
+    assert API_KEY not in servers["minilm-a"].log.read_text(errors="replace")
+
+
+def test_connection_refused_is_a_clear_error_after_bounded_retries(minilm):
+    from servers import free_port
+
+    start = time.monotonic()
+    with RemoteEngine(minilm, base_url=f"http://127.0.0.1:{free_port()}", max_retries=2) as remote:
+        with pytest.raises(RemoteError, match="failed after 3 attempts; last: could not reach"):
+            remote.embed(["x"])
+    assert time.monotonic() - start < 30
+
+
+def test_a_replica_killed_mid_ingest_loses_nothing(servers, minilm, minilm_engine):
+    texts = (passages(min_words=3) * 2)[:2000]
+    expected = minilm_engine.embed(texts)
+    result = {}
+    with _remote(minilm, servers["minilm-a"].url, servers["minilm-b"].url, batch_size=16) as remote:
+        worker = threading.Thread(target=lambda: result.setdefault("vectors", remote.embed(texts)))
+        worker.start()
+        time.sleep(3)
+        servers["minilm-b"].kill()
+        worker.join(timeout=600)
+    assert not worker.is_alive()
+    vectors = result["vectors"]
+    assert vectors.shape == expected.shape
+    np.testing.assert_allclose(vectors, expected, atol=1e-5)
