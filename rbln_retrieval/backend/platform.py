@@ -26,6 +26,17 @@ class BundledPlatform(CpuPlatform):
         super().check_and_update_config(vllm_config)
 
     @classmethod
+    def opaque_attention_op(cls) -> bool:
+        """The static attention path runs inside the compiled graph (an NPU graph must contain it); the host path
+        stays behind vLLM's opaque attention op, which calls the CPU kernel outside the graph."""
+        from vllm.config import get_current_vllm_config
+
+        config = get_current_vllm_config()
+        if BundledConfig.requested(config):
+            return BundledConfig.from_vllm_config(config).attention == "host"
+        return super().opaque_attention_op()
+
+    @classmethod
     def get_attn_backend_cls(cls, selected_backend: Any, attn_selector_config: Any, num_heads: int | None = None) -> str:
         from vllm.config import get_current_vllm_config  # vllm.config imports the platform while loading
 

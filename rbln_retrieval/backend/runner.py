@@ -106,6 +106,11 @@ class BundledModelRunner(CPUModelRunner):
         kwargs["num_tokens_padded"] = self._bucket
         return super()._build_attention_metadata(*args, **kwargs)
 
+    def _get_slot_mappings(self, num_tokens_padded: int, *args: Any, **kwargs: Any):
+        # The attention layers read these from the forward context inside the graph: bucket-sized (padding -1),
+        # so their shape is the bucket's and never the step's.
+        return super()._get_slot_mappings(self._bucket, *args, **kwargs)
+
     def _init_model_kwargs(self, num_reqs: int | None = None) -> dict[str, Any]:
         kwargs = super()._init_model_kwargs(num_reqs)
         if self.takes_token_types and self._bucket is not None:
