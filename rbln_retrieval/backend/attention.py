@@ -7,10 +7,11 @@ That keeps it correct when vLLM wraps it for encoder-only layers (the wrapper fo
 arguments and sets ``causal=False``).
 
 Two implementations, both parity-tested against the stock runner:
-- ``static``: the whole bucket in one masked attention whose shapes depend on the bucket only (what a
-  static-shape NPU graph needs; padding rows attend to themselves so they stay finite).
-- ``host``: vLLM's own variable-length CPU kernel on the real tokens only, padding rows zeroed; on the CPU it
-  avoids the bucket-squared mask (see bench/backend.py for the measurement).
+- ``static``: the whole bucket in one masked attention whose shapes depend on the bucket only, traced into
+  the compiled graph (the platform turns vLLM's opaque attention op off for it): what a static-shape NPU graph
+  needs. Padding rows attend to themselves so they stay finite.
+- ``host``: vLLM's own variable-length CPU kernel on the real tokens only, behind vLLM's opaque attention op,
+  padding rows zeroed; on the CPU it avoids the bucket-squared mask (bench/backend.py measures both).
 
 No step reads KV context (the bundled runner turns chunked prefill and prefix caching off), so nothing is
 written to the KV cache: pooling requests finish in the step that computes them.

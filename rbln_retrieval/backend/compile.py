@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -87,6 +89,22 @@ def recording_backend(bundled: Any) -> RecordingBackend:
     else:
         chosen = rbln_runtime.host_compile_backend(bundled.host_compile_backend, cache_dir)
     return RecordingBackend(chosen.backend, chosen.options, strict=bundled.strict_shapes)
+
+
+MANIFEST = "graphs.json"
+
+
+def write_manifest(cache_dir: Path, buckets: list[int], graphs: list[CompiledGraph]) -> None:
+    """Record what warmup compiled next to the backend's artifacts (rebel's .rbln files, inductor's FX cache);
+    a start that finds it is reusing a warmed configuration. The host's "eager" backend keeps no artifacts."""
+    manifest = {
+        "buckets": buckets,
+        "torch": torch.__version__,
+        "graphs": [{"bucket": g.bucket, "input_shapes": g.input_shapes} for g in graphs],
+    }
+    tmp = cache_dir / f"{MANIFEST}.tmp"
+    tmp.write_text(json.dumps(manifest, indent=1))
+    tmp.replace(cache_dir / MANIFEST)
 
 
 def graph_breaks() -> int:

@@ -1,4 +1,14 @@
-"""The bundled runner's settings: carried to the engine-core process inside vLLM's ``additional_config``."""
+"""The bundled runner's settings: carried to the engine-core process inside vLLM's ``additional_config``.
+
+Callers tune them through ``PoolingEngine(..., engine_kwargs={"additional_config": {"rbln_retrieval": {...}}})``:
+
+- ``max_num_batched_tokens``: tokens per step, the largest bucket (default max(max_length, 4096));
+- ``buckets``: explicit token-count buckets (default: powers of two from 16 to 1024, then steps of 1024);
+- ``attention``: "host" (vLLM's CPU kernel behind its opaque op; the host default) or "static" (masked bucket
+  attention inside the graph; always used on the NPU);
+- ``host_compile_backend``: "eager" (default) or "inductor" for the host target;
+- ``one_request_per_step``: reproduce upstream vllm-rbln's prefill (one prompt per step padded to max_length).
+"""
 
 from __future__ import annotations
 

@@ -22,11 +22,13 @@ from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 
 from rbln_retrieval.backend.compile import (
+    MANIFEST,
     RecordingBackend,
     allow_recompiles,
     graph_breaks,
     recording_backend,
     strict_errors,
+    write_manifest,
 )
 from rbln_retrieval.backend.config import BundledConfig
 from rbln_retrieval.backend.pooling import TaskHead, decompose, pooling_weights
@@ -58,6 +60,7 @@ class BundledModelRunner(CPUModelRunner):
         self.heads: dict[str, TaskHead] = {}
         self.compile_backend: RecordingBackend | None = None
         self._graph_breaks_at_start = 0
+        self.cache_reused = False
 
     # -- model and graph -----------------------------------------------------------------------------------
     def load_model(self, load_dummy_weights: bool = False) -> None:
@@ -68,6 +71,7 @@ class BundledModelRunner(CPUModelRunner):
         self.methods = sorted({head.method for head in self.heads.values()})
         self.takes_token_types = "token_type_ids" in _parameters(self.model.forward)
         self.compile_backend = recording_backend(self.bundled)
+        self.cache_reused = (self.bundled.cache_dir() / MANIFEST).is_file()
         allow_recompiles(len(self.bundled.buckets) + 8)
         self._graph_breaks_at_start = graph_breaks()
         self._graph = torch.compile(self._forward_and_pool, backend=self.compile_backend, dynamic=False)
@@ -171,6 +175,7 @@ class BundledModelRunner(CPUModelRunner):
         """Everything compiled so far belongs to warmup: count serving steps from zero."""
         self.compile_backend.warmed_up = True
         self.counters = StepCounters()
+        write_manifest(self.bundled.cache_dir(), list(self.bundled.buckets), self.compile_backend.graphs)
 
     def stats(self) -> dict[str, Any]:
         backend = self.compile_backend
@@ -201,7 +206,7 @@ class BundledModelRunner(CPUModelRunner):
                 {f"{type(b).__name__}({type(b).__mro__[1].__name__})" for gs in self.attn_groups for g in gs
                  for b in g.metadata_builders}
             ),
-            "cache_dir": str(self.bundled.cache_dir()),
+            "compile_cache": {"dir": str(self.bundled.cache_dir()), "reused": self.cache_reused},
         }
 
 

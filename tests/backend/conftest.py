@@ -3,6 +3,7 @@ model and closed after its tests; steps of at most 1024 tokens keep warmup to se
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +24,14 @@ def start(path: Path, runner: str, **settings) -> PoolingEngine:
 
 def model_path(tiny_models, name: str) -> Path:
     return minilm_path() if name == "all-MiniLM-L6-v2" else tiny_models[name]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def compile_cache(tmp_path_factory) -> Path:
+    """A fresh compile cache for the session (engine processes inherit the variable)."""
+    path = tmp_path_factory.mktemp("compile-cache")
+    os.environ["RBLN_RETRIEVAL_CACHE_DIR"] = str(path)
+    return path
 
 
 @pytest.fixture(scope="session")

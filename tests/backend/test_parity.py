@@ -3,7 +3,9 @@ strict_shapes: every graph at a declared bucket, nothing compiled after warmup, 
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -105,6 +107,17 @@ def test_encoder_only_model_has_no_scheduler_kv_groups_and_a_wrapped_builder(pai
     stats = bundled.stats()
     assert stats["kv_cache_groups"] == {"scheduler": 0, "runner_only": 1}
     assert stats["attention_builders"] == ["EncoderOnlyAttentionBuilder(PackedAttentionMetadataBuilder)"]
+
+
+@pytest.mark.parametrize("pair", ["bert-cls"], indirect=True)
+def test_a_second_start_finds_the_compile_cache(pair, start_engine, compile_cache):
+    path, bundled, _ = pair
+    first = bundled.stats()["compile_cache"]
+    assert not first["reused"] and Path(first["dir"]).parent == compile_cache
+    manifest = json.loads(Path(first["dir"], "graphs.json").read_text())
+    assert manifest["buckets"] == bundled.stats()["buckets"] and len(manifest["graphs"]) == len(manifest["buckets"])
+    with start_engine(path, "bundled") as again:
+        assert again.stats()["compile_cache"] == {"dir": first["dir"], "reused": True}
 
 
 @pytest.mark.parametrize("pair", ["qwen3-embedding"], indirect=True)
