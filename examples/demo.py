@@ -1,0 +1,273 @@
+"""`make demo`: retrieval over the Python documentation with rbln-retrieval, checked against sentence-transformers.
+
+Ingests the topic pages of the Python documentation (examples/data, PSF License 2.0) into a persistent Chroma
+collection, answers a few questions (retrieve, then rerank), and evaluates recall@1/@5 and MRR on the labeled
+queries in examples/data/queries.jsonl next to the same pipeline run with sentence-transformers.
+
+    python examples/demo.py [--data-dir .demo-data] [--fresh]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from docs_corpus import Passage, fingerprint, load_documents, load_queries, passages
+
+from rbln_retrieval.cli import quiet_startup
+
+quiet_startup()  # also runs in vLLM's engine process, which imports this module again
+
+ROOT = Path(__file__).resolve().parent.parent
+CANDIDATES = 10  # passages retrieved per question and handed to the reranker
+QUESTIONS = [
+    "How do I handle an exception and still close a file?",
+    "How can I make my own objects comparable with < and ==?",
+    "What is the difference between a list and a tuple?",
+]
+
+
+class Store:
+    """A persistent Chroma collection of the corpus; reusable when it holds exactly these passages."""
+
+    def __init__(self, collection, where: Path, fingerprint: str, size: int):
+        self.collection, self.where, self.fingerprint, self.size = collection, where, fingerprint, size
+        self.name = collection.name
+        self._texts: dict[str, str] = {}
+
+    @classmethod
+    def open(cls, data_dir: Path, name: str, corpus: list[Passage]) -> Store:
+        import chromadb
+
+        where = data_dir / "chroma"
+        client = chromadb.PersistentClient(path=str(where), settings=chromadb.Settings(anonymized_telemetry=False))
+        # Vectors are always supplied by us: no embedding function, so Chroma never loads (or downloads) its own.
+        options = {"embedding_function": None, "configuration": {"hnsw": {"space": "cosine"}}}
+        store = cls(client.get_or_create_collection(name, **options), where, fingerprint(corpus), len(corpus))
+        if not store.ready and store.count:
+            client.delete_collection(name)  # built from another corpus or interrupted: start over
+            store.collection = client.create_collection(name, **options)
+        return store
+
+    @property
+    def meta(self) -> dict:
+        return self.collection.metadata or {}
+
+    @property
+    def count(self) -> int:
+        return self.collection.count()
+
+    @property
+    def ready(self) -> bool:
+        return self.meta.get("fingerprint") == self.fingerprint and self.count == self.size
+
+    def fill(self, corpus: list[Passage], vectors: np.ndarray, **stats: float) -> None:
+        step = self.collection._client.get_max_batch_size()
+        for i in range(0, len(corpus), step):
+            part = corpus[i : i + step]
+            self.collection.add(
+                ids=[p.id for p in part],
+                embeddings=vectors[i : i + step],
+                documents=[p.text for p in part],
+                metadatas=[{"doc_id": p.doc_id} for p in part],
+            )
+        # The fingerprint goes in last: a run interrupted while adding leaves a collection that is not ready.
+        self.collection.modify(metadata={**self.meta, "fingerprint": self.fingerprint, **stats})
+
+    def query(self, vector: np.ndarray, k: int) -> list[tuple[str, float]]:
+        """(passage id, cosine similarity) of the k nearest passages."""
+        found = self.collection.query(query_embeddings=[vector], n_results=k, include=["documents", "distances"])
+        for pid, text in zip(found["ids"][0], found["documents"][0]):
+            self._texts[pid] = text
+        return [(pid, 1.0 - distance) for pid, distance in zip(found["ids"][0], found["distances"][0])]
+
+    def text(self, pid: str) -> str:
+        return self._texts[pid]
+
+
+@dataclass
+class Pipeline:
+    """Chroma retrieval + reranking with one embedding implementation (ours, or the sentence-transformers one)."""
+
+    name: str
+    store: Store
+    embed_query: Callable[[str], np.ndarray]
+    rerank: Callable[[str, list[str]], list[tuple[int, float]]]
+
+    def search(self, query: str, k: int = CANDIDATES) -> tuple[list[tuple[str, float]], float, float]:
+        """((passage id, rerank score) best first, retrieval seconds, rerank seconds)."""
+        start = time.perf_counter()
+        hits = self.store.query(self.embed_query(query), k)
+        retrieved = time.perf_counter()
+        ranked = self.rerank(query, [self.store.text(pid) for pid, _ in hits])
+        return [(hits[i][0], score) for i, score in ranked], retrieved - start, time.perf_counter() - retrieved
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir", type=Path, default=ROOT / ".demo-data", help="where Chroma keeps its files")
+    parser.add_argument("--fresh", action="store_true", help="delete the stored collections and embed again")
+    args = parser.parse_args(argv)
+    if args.fresh:
+        shutil.rmtree(args.data_dir / "chroma", ignore_errors=True)
+
+    from rbln_retrieval import PoolingEngine
+    from rbln_retrieval.device import explain_auto
+    from rbln_retrieval.testing import minilm_path
+
+    model = minilm_path()
+    corpus = passages()
+    device, why = explain_auto()
+    print("rbln-retrieval demo: questions over the Python documentation (PSF License 2.0, examples/data)")
+    _row("corpus", f"{len(load_documents())} topic pages -> {len(corpus)} passages of at most 120 words")
+    _row("model", f"all-MiniLM-L6-v2 on {device}")
+    _row("", f"device='auto' chose {device}: {why}")
+
+    start = time.perf_counter()
+    # vLLM's per-shard loading bar is noise for a one-file model.
+    engine = PoolingEngine(model, device="auto", engine_kwargs={"use_tqdm_on_load": False})
+    try:
+        return _run(engine, time.perf_counter() - start, args.data_dir, model, corpus)
+    finally:
+        engine.close()
+
+
+def _run(engine, start_s: float, data_dir: Path, model: Path, corpus: list[Passage]) -> int:
+    _row("engine", f"started in {start_s:.1f} s (runner={engine.options.runner}, "
+         f"{engine.device}, {engine.dimension} dims)")
+    ours = Pipeline(
+        "rbln-retrieval",
+        Store.open(data_dir, "python-docs-rbln", corpus),
+        lambda q: engine.embed([q], kind="query")[0],
+        lambda q, texts: engine.rerank(q, texts),
+    )
+    _ingest("ingest", ours.store, corpus, lambda texts: engine.embed(texts, show_progress=True), engine.tokenizer)
+    _row("rerank", "all-MiniLM-L6-v2 cosine through engine.rerank: no cross-encoder weights are available")
+    _row("", "offline, so the bi-encoder rescores its own candidates and mostly keeps their order")
+
+    for question in QUESTIONS:
+        _answer(ours, question, corpus)
+
+    reference = _sentence_transformers_pipeline(model, data_dir, corpus)
+    return 0 if _evaluate([ours, reference]) else 1
+
+
+def _row(label: str, text: str) -> None:
+    print(f"{label:<10} {text}")
+
+
+def _ingest(
+    label: str, store: Store, corpus: list[Passage], embed: Callable[[list[str]], np.ndarray], tokenizer=None
+) -> None:
+    if store.ready:
+        _row(label, f"reusing Chroma collection {store.name!r}: {store.count} passages in {_short(store.where)}")
+        _row("", f"(embedded by the first run at {store.meta['passages_per_s']:.1f} passages/s; --fresh embeds again)")
+        return
+    texts = [p.text for p in corpus]
+    start = time.perf_counter()
+    vectors = embed(texts)
+    seconds = time.perf_counter() - start
+    store.fill(corpus, vectors, passages_per_s=len(texts) / seconds)
+    line = f"{len(texts)} passages in {seconds:.1f} s: {len(texts) / seconds:.1f} passages/s"
+    if tokenizer is not None:
+        tokens = sum(len(t.ids) for t in tokenizer.encode_texts(texts, ""))
+        line += f", {tokens / seconds:,.0f} tokens/s"
+    _row(label, line)
+    _row("", f"-> Chroma collection {store.name!r} in {_short(store.where)}")
+
+
+def _short(path: Path) -> str:
+    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
+
+
+def _answer(pipeline: Pipeline, question: str, corpus: list[Passage], show: int = 3) -> None:
+    by_id = {p.id: p for p in corpus}
+    ranked, retrieve_s, rerank_s = pipeline.search(question)
+    print(f"\nQ: {question}   ({retrieve_s * 1000:.0f} ms retrieve + {rerank_s * 1000:.0f} ms rerank)")
+    for place, (pid, score) in enumerate(ranked[:show], 1):
+        body = " ".join(by_id[pid].text.split("\n\n", 1)[1].split())
+        print(f"  {place}. {score:.3f}  {pid:<22} {body[:84]}{'...' if len(body) > 84 else ''}")
+
+
+def _sentence_transformers_pipeline(model: Path, data_dir: Path, corpus: list[Passage]) -> Pipeline:
+    """The same pipeline with sentence-transformers computing every vector (queries, passages, rerank)."""
+    import transformers
+    from sentence_transformers import SentenceTransformer
+    from tqdm.auto import tqdm
+
+    transformers.logging.disable_progress_bar()
+    st = SentenceTransformer(str(model), device="cpu")
+
+    def encode(texts: list[str], bar: bool = False) -> np.ndarray:
+        rows = []
+        with tqdm(total=len(texts), disable=not bar, desc="Reference", unit="text") as progress:
+            for i in range(0, len(texts), 32):
+                rows.append(st.encode(texts[i : i + 32], normalize_embeddings=True, show_progress_bar=False))
+                progress.update(len(rows[-1]))
+        return np.concatenate(rows)
+
+    def rerank(query: str, texts: list[str]) -> list[tuple[int, float]]:
+        scores = encode(texts) @ encode([query])[0]
+        return sorted(((i, float(s)) for i, s in enumerate(scores)), key=lambda pair: (-pair[1], pair[0]))
+
+    print()
+    _row("reference", f"sentence-transformers {_version('sentence-transformers')}: the same pipeline with its vectors")
+    store = Store.open(data_dir, "python-docs-sentence-transformers", corpus)
+    _ingest("reference", store, corpus, lambda texts: encode(texts, bar=True))
+    return Pipeline("sentence-transformers", store, lambda q: encode([q])[0], rerank)
+
+
+def _evaluate(pipelines: list[Pipeline]) -> bool:
+    """Print recall@1/@5, MRR and latency per pipeline; True when every pipeline ranks every query alike."""
+    queries = load_queries()
+    print(f"\nevaluation: {len(queries)} labeled queries (examples/data/queries.jsonl); a query's rank is that of the")
+    print(f"first passage from a page that answers it, among the top {CANDIDATES} retrieved and reranked")
+    print(f"  {'pipeline':<22} {'recall@1':>8} {'recall@5':>8} {'MRR':>6}   {'retrieve p50/p95':>16}  "
+          f"{'rerank p50/p95':>14}")
+    rankings = []
+    for pipeline in pipelines:
+        ranks, retrieve, rerank, ranked_ids = [], [], [], []
+        for labeled in queries:
+            ranked, retrieve_s, rerank_s = pipeline.search(labeled.query)
+            docs = [pid.rsplit(":", 1)[0] for pid, _ in ranked]
+            ranks.append(next((n for n, doc in enumerate(docs, 1) if doc in labeled.relevant), None))
+            retrieve.append(retrieve_s * 1000)
+            rerank.append(rerank_s * 1000)
+            ranked_ids.append(ranked)
+        rankings.append(ranked_ids)
+        n = len(ranks)
+        print(f"  {pipeline.name:<22} {sum(r == 1 for r in ranks) / n:>8.3f} "
+              f"{sum(r is not None and r <= 5 for r in ranks) / n:>8.3f} "
+              f"{sum(1 / r for r in ranks if r) / n:>6.3f}   {_p50_p95(retrieve):>16}  {_p50_p95(rerank):>14}")
+    same = sum(
+        all([pid for pid, _ in r[q]] == [pid for pid, _ in rankings[0][q]] for r in rankings)
+        for q in range(len(queries))
+    )
+    worst = max(
+        abs(a[1] - b[1]) for r in rankings[1:] for q in range(len(queries)) for a, b in zip(r[q], rankings[0][q])
+    )
+    verdict = "agree" if same == len(queries) else "DISAGREE"
+    print(f"  {verdict}: identical rankings on {same}/{len(queries)} queries, largest score difference {worst:.1e}")
+    return same == len(queries)
+
+
+def _version(name: str) -> str:
+    from importlib.metadata import version
+
+    return version(name)
+
+
+def _p50_p95(milliseconds: list[float]) -> str:
+    cuts = statistics.quantiles(milliseconds, n=20, method="inclusive")
+    return f"{statistics.median(milliseconds):.0f}/{cuts[18]:.0f} ms"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

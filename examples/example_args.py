@@ -1,0 +1,42 @@
+"""Command lines shared by the examples."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rbln_retrieval import ModelNotSupportedError, detect_family
+
+
+def rag_arguments(description: str) -> argparse.Namespace:
+    """The RAG examples' command line: the question, --model, --reranker, --device."""
+    from rbln_retrieval.testing import minilm_path
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("question", nargs="?", default="How do I run cleanup code whether or not an exception occurs?")
+    parser.add_argument("--model", default=str(minilm_path()), help="embedding model directory (default: all-MiniLM-L6-v2)")
+    parser.add_argument("--reranker", help="reranker model directory (default: the embedding model, by cosine)")
+    parser.add_argument("--device", choices=("auto", "rbln", "cpu"), default="auto")
+    args = parser.parse_args()
+    args.reranker = args.reranker or args.model
+    return args
+
+
+def qwen3_arguments(description: str, family: str, checkpoint: str) -> argparse.Namespace:
+    """The Qwen3 examples' command line: a model directory of ``family`` (checked before any engine starts)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("model", nargs="?", help=f"directory of a {checkpoint} checkpoint")
+    parser.add_argument("--device", choices=("auto", "rbln", "cpu"), default="auto")
+    args = parser.parse_args()
+    if args.model is None:
+        sys.exit(
+            f"{parser.prog} needs the {checkpoint} weights: download {checkpoint} (or a larger size) from "
+            f"Hugging Face and pass its directory, e.g. python {parser.prog} /models/{checkpoint.split('/')[-1]}"
+        )
+    try:
+        found = detect_family(args.model).name
+    except ModelNotSupportedError as exc:
+        sys.exit(f"{parser.prog}: {exc}")
+    if found != family:
+        sys.exit(f"{parser.prog}: {args.model} is a {found} model, not {checkpoint}; pass a {family} checkpoint.")
+    return args

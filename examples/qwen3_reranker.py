@@ -1,0 +1,37 @@
+"""Qwen3-Reranker's own example through rbln-retrieval: P(yes) that a document meets the query and instruction.
+
+    python examples/qwen3_reranker.py /models/Qwen3-Reranker-0.6B [--device auto|rbln|cpu]
+
+The model card formats the chat prompt and reads the "yes"/"no" logits by hand; here `score` and `rerank` do it
+(the original checkpoint runs as a one-row classifier, so no 151k-token LM head is computed per pair).
+"""
+
+from __future__ import annotations
+
+from rbln_retrieval.cli import quiet_startup
+
+quiet_startup()
+
+TASK = "Given a web search query, retrieve relevant passages that answer the query"
+QUERIES = ["What is the capital of China?", "Explain gravity"]
+DOCUMENTS = [
+    "The capital of China is Beijing.",
+    "Gravity is a force that attracts two bodies towards each other. It gives weight to physical objects and is "
+    "responsible for the movement of planets around the sun.",
+]
+
+if __name__ == "__main__":  # vLLM's engine process imports this module again
+    from example_args import qwen3_arguments
+
+    from rbln_retrieval import PoolingEngine
+
+    args = qwen3_arguments(__doc__.splitlines()[0], "qwen3-reranker", "Qwen/Qwen3-Reranker-0.6B")
+    with PoolingEngine(args.model, device=args.device) as engine:
+        print("P(yes) for (query, document):")
+        for query in QUERIES:
+            scores = engine.score(query, DOCUMENTS, instruction=TASK)
+            print(f"  {query:<32} " + "  ".join(f"{score:.4f}" for score in scores))
+        query = QUERIES[1]
+        print(f"rerank for {query!r}:")
+        for index, score in engine.rerank(query, DOCUMENTS, instruction=TASK):
+            print(f"  {score:.4f}  {DOCUMENTS[index][:70]}")

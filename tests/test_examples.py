@@ -1,0 +1,114 @@
+"""The examples run as a user runs them (subprocesses, all started at once to share the wait for engine starts);
+their printed results are checked against the labeled data and against plain-transformers references."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import reference
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+sys.path.insert(0, str(EXAMPLES))
+import qwen3_embedding  # noqa: E402  (constants only: the example's work is behind its __main__ guard)
+import qwen3_reranker  # noqa: E402
+
+SCORE_ROW = re.compile(r"^  (.+?)\s{2,}(-?\d\.\d{4})  (-?\d\.\d{4})$")
+
+
+def start(script: str, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, str(EXAMPLES / script), *map(str, args)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_models) -> dict[str, tuple[int, str, str]]:
+    """Every example that starts an engine, started together; name -> (exit code, stdout, stderr)."""
+    started = {
+        "langchain": start("langchain_rag.py", "--device", "cpu"),
+        "llamaindex": start("llamaindex_rag.py", "--device", "cpu"),
+        "qwen3-embedding": start("qwen3_embedding.py", tiny_models["qwen3-embedding"], "--device", "cpu"),
+        "qwen3-reranker": start("qwen3_reranker.py", tiny_models["qwen3-reranker"], "--device", "cpu"),
+    }
+    results = {}
+    for name, process in started.items():
+        stdout, stderr = process.communicate(timeout=1200)
+        results[name] = (process.returncode, stdout, stderr)
+    return results
+
+
+def succeeded(runs, name: str) -> str:
+    code, stdout, stderr = runs[name]
+    assert code == 0, stderr
+    assert "Traceback" not in stderr and "WARNING" not in stderr, stderr
+    return stdout
+
+
+def ranked_pages(stdout: str) -> list[tuple[float, str]]:
+    return [(float(score), page) for score, page in re.findall(r"^\d\. (-?\d\.\d{3})  \[([\w-]+)\]", stdout, re.M)]
+
+
+def test_langchain_rag_reranks_the_try_page_first_and_prints_a_prompt(runs):
+    stdout = succeeded(runs, "langchain")
+    ranked = ranked_pages(stdout)
+    assert len(ranked) == 3 and ranked[0][1] == "try", stdout
+    assert [score for score, _ in ranked] == sorted((score for score, _ in ranked), reverse=True)
+    assert "System: Answer the question using only the context below." in stdout
+    assert "Human: How do I run cleanup code whether or not an exception occurs?" in stdout
+    assert '[The "try" statement]' in stdout  # the best chunk's title inside the prompt's context
+
+
+def test_llamaindex_rag_prints_reranked_source_nodes(runs):
+    stdout = succeeded(runs, "llamaindex")
+    ranked = ranked_pages(stdout)
+    assert len(ranked) == 3 and ranked[0][1] == "try", stdout
+    assert [score for score, _ in ranked] == sorted((score for score, _ in ranked), reverse=True)
+    assert re.search(r"^10 documents -> \d+ nodes; retrieved 8, reranked to 3$", stdout, re.M), stdout
+
+
+def test_qwen3_embedding_scores_equal_the_transformers_reference(runs, tiny_models):
+    stdout = succeeded(runs, "qwen3-embedding")
+    printed = [tuple(map(float, m.groups()[1:])) for m in map(SCORE_ROW.match, stdout.splitlines()) if m]
+    assert len(printed) == 2, stdout
+    path = str(tiny_models["qwen3-embedding"])
+    prefix = f"Instruct: {qwen3_embedding.TASK}\nQuery:"
+    assert f"query prompt: {prefix!r}" in stdout
+    queries = reference.embed(path, qwen3_embedding.QUERIES, pooling="LAST", max_length=512, prefix=prefix)
+    documents = reference.embed(path, qwen3_embedding.DOCUMENTS, pooling="LAST", max_length=512)
+    expected = queries @ documents.T
+    for row, want in zip(printed, expected):
+        assert row == pytest.approx(want, abs=2e-4)
+
+
+def test_qwen3_reranker_scores_equal_the_transformers_reference(runs, tiny_models):
+    stdout = succeeded(runs, "qwen3-reranker")
+    printed = [tuple(map(float, m.groups()[1:])) for m in map(SCORE_ROW.match, stdout.splitlines()) if m]
+    assert len(printed) == 2, stdout
+    path = str(tiny_models["qwen3-reranker"])
+    for query, row in zip(qwen3_reranker.QUERIES, printed):
+        want = reference.qwen3_reranker_scores(
+            path, query, qwen3_reranker.DOCUMENTS, instruction=qwen3_reranker.TASK, max_length=512
+        )
+        assert row == pytest.approx(want, abs=2e-4)
+    assert "rerank for 'Explain gravity':" in stdout
+
+
+@pytest.mark.parametrize(("script", "checkpoint"), [("qwen3_embedding.py", "Qwen/Qwen3-Embedding-0.6B"),
+                                                    ("qwen3_reranker.py", "Qwen/Qwen3-Reranker-0.6B")])
+def test_qwen3_examples_say_what_to_pass_without_a_model(script, checkpoint):
+    result = subprocess.run([sys.executable, str(EXAMPLES / script)], capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and result.stdout == ""
+    assert f"needs the {checkpoint} weights" in result.stderr and f"python {script} /models/" in result.stderr
+
+
+def test_qwen3_embedding_example_refuses_another_family(minilm, tmp_path):
+    for model, expected in [(minilm, "is a bi-encoder model, not Qwen/Qwen3-Embedding-0.6B"),
+                            (tmp_path / "missing", "does not exist")]:
+        result = subprocess.run([sys.executable, str(EXAMPLES / "qwen3_embedding.py"), str(model)],
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode != 0 and expected in result.stderr and "Traceback" not in result.stderr
