@@ -165,8 +165,11 @@ class RemoteEngine:
     def _truncation(self) -> dict[str, Any]:
         if self.options.truncate == "error" or not self.family.max_length:
             return {}
-        side = "left" if self.options.truncate == "start" else "right"
-        return {"truncate_prompt_tokens": self.family.max_length, "truncation_side": side}
+        if self.options.truncate == "start":
+            # vLLM then slices the token list, special tokens included: close to, not equal to, local "start".
+            return {"truncate_prompt_tokens": self.family.max_length, "truncation_side": "left"}
+        # Without a side vLLM truncates inside the tokenizer, which keeps special tokens as local mode does.
+        return {"truncate_prompt_tokens": self.family.max_length}
 
     async def _embed(self, texts, kind, instruction, dimensions, normalize, what="texts") -> np.ndarray:
         if self.family.is_cross_encoder:
