@@ -105,6 +105,32 @@ def test_connection_refused_is_a_clear_error_after_bounded_retries(minilm):
     assert time.monotonic() - start < 30
 
 
+def test_framework_classes_in_remote_mode_equal_local(servers, minilm, minilm_engine, tiny_models):
+    from langchain_core.documents import Document
+    from langchain_rbln import RBLNEmbeddings, RBLNReranker
+    from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+    from llama_index.embeddings.rbln import RBLNEmbedding
+    from llama_index.postprocessor.rbln_rerank import RBLNReranker as NodeReranker
+
+    texts = mixed_length(12)
+    remote = {"base_url": servers["minilm-a"].url, "api_key": API_KEY}
+    lc = RBLNEmbeddings(model=str(minilm), **remote)
+    np.testing.assert_allclose(lc.embed_documents(texts), minilm_engine.embed(texts), atol=1e-5)
+    np.testing.assert_allclose(lc.embed_query(QUERY), minilm_engine.embed([QUERY], kind="query")[0], atol=1e-5)
+    li = RBLNEmbedding(model_name=str(minilm), **remote)
+    np.testing.assert_allclose(li.get_text_embedding_batch(texts), minilm_engine.embed(texts), atol=1e-5)
+
+    path = tiny_models["bert-cross-encoder"]
+    local_scores = PoolingEngine.shared(path, device="cpu", dtype="float32").score(QUERY, texts[:8])
+    reranked = RBLNReranker(model=str(path), top_n=None, base_url=servers["bert-cross-encoder"].url,
+                            api_key=API_KEY).compress_documents([Document(page_content=t) for t in texts[:8]], QUERY)
+    assert sorted(d.metadata["relevance_score"] for d in reranked) == pytest.approx(sorted(local_scores), abs=1e-5)
+    nodes = [NodeWithScore(node=TextNode(text=t)) for t in texts[:8]]
+    ranked = NodeReranker(model=str(path), top_n=8, base_url=servers["bert-cross-encoder"].url,
+                          api_key=API_KEY).postprocess_nodes(nodes, query_bundle=QueryBundle(QUERY))
+    assert sorted(n.score for n in ranked) == pytest.approx(sorted(local_scores), abs=1e-5)
+
+
 def test_a_replica_killed_mid_ingest_loses_nothing(servers, minilm, minilm_engine):
     texts = (passages(min_words=3) * 2)[:2000]
     expected = minilm_engine.embed(texts)
