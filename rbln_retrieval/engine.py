@@ -46,7 +46,6 @@ class EngineOptions(BaseModel):
     trust_remote_code: bool = False
     allow_pickle: bool = False
     strict_shapes: bool = False
-    show_progress: bool = False
     engine_kwargs: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -181,7 +180,7 @@ class PoolingEngine:
         instruction: str | None = None,
         dimensions: int | None = None,
         normalize: bool = True,
-        show_progress: bool | None = None,
+        show_progress: bool = False,
     ) -> np.ndarray:
         """Vectors for ``texts`` as a float32 array of shape (n, d), rows in input order."""
         return self._loop.run(self._embed(texts, kind, instruction, dimensions, normalize, show_progress))
@@ -205,7 +204,7 @@ class PoolingEngine:
         instruction: str | None = None,
         dimensions: int | None = None,
         normalize: bool = True,
-        show_progress: bool | None = None,
+        show_progress: bool = False,
     ) -> np.ndarray:
         return await self._loop.arun(self._embed(texts, kind, instruction, dimensions, normalize, show_progress))
 
@@ -225,7 +224,7 @@ class PoolingEngine:
         instruction: str | None,
         dimensions: int | None,
         normalize: bool,
-        show_progress: bool | None,
+        show_progress: bool,
         what: str = "texts",
     ) -> np.ndarray:
         if self.family.is_cross_encoder:
@@ -237,9 +236,7 @@ class PoolingEngine:
         dimensions = check_dimensions(
             dimensions, hidden_size=self.dimension, matryoshka=self.family.matryoshka, model=self.model
         )
-        prefix = self.family.query_prefix(instruction) if kind == "query" else (
-            self.family.document_prompt if instruction is None else instruction
-        )
+        prefix = self.family.query_prefix(instruction) if kind == "query" else self.family.document_prefix(instruction)
         from vllm import PoolingParams
 
         params = PoolingParams(task="embed", use_activation=normalize, dimensions=dimensions)
@@ -257,10 +254,10 @@ class PoolingEngine:
         if instruction is not None and not isinstance(instruction, str):
             raise TypeError(f"instruction is {type(instruction).__name__}, expected str or None.")
         if self.family.name == "bi-encoder" or self.family.name == "qwen3-embedding":
-            docs = await self._embed(documents, "document", None, None, True, None, what="documents")
+            docs = await self._embed(documents, "document", None, None, True, False, what="documents")
             if len(docs) == 0:
                 return []
-            q = await self._embed([query], "query", instruction, None, True, None)
+            q = await self._embed([query], "query", instruction, None, True, False)
             return [float(s) for s in docs @ q[0]]
         if instruction is not None and self.family.name == "cross-encoder":
             raise ValueError(f"{self.model} is a cross-encoder and takes no instruction; leave instruction unset.")
@@ -320,10 +317,10 @@ class PoolingEngine:
             await self._start()
         return self._vllm
 
-    def _progress(self, texts: Iterable[str], show_progress: bool | None) -> tqdm:
-        enabled = self.options.show_progress if show_progress is None else show_progress
+    @staticmethod
+    def _progress(texts: Iterable[str], show_progress: bool) -> tqdm:
         total = len(texts) if hasattr(texts, "__len__") else None
-        return tqdm(total=total, disable=not enabled, desc="Embedding", unit="text")
+        return tqdm(total=total, disable=not show_progress, desc="Embedding", unit="text")
 
 
 def _chunks(texts: Iterable[str], what: str = "texts") -> Iterator[tuple[int, list[str]]]:

@@ -86,6 +86,10 @@ class ModelFamily:
             return QWEN3_QUERY_TEMPLATE.format(instruction=instruction)
         return instruction
 
+    def document_prefix(self, instruction: str | None) -> str:
+        """The text placed before a document; ``instruction`` replaces the model's own document prompt."""
+        return self.document_prompt if instruction is None else instruction
+
 
 def _read_json(path: Path) -> dict[str, Any] | list[Any] | None:
     if not path.is_file():

@@ -139,12 +139,12 @@ class RemoteEngine:
     # -- public API (same signatures as PoolingEngine) ----------------------------------------------------------
     def embed(self, texts: Iterable[str], *, kind: Literal["document", "query"] = "document",
               instruction: str | None = None, dimensions: int | None = None, normalize: bool = True,
-              show_progress: bool | None = None) -> np.ndarray:
+              show_progress: bool = False) -> np.ndarray:
         return self._loop.run(self._embed(texts, kind, instruction, dimensions, normalize))
 
     async def aembed(self, texts: Iterable[str], *, kind: Literal["document", "query"] = "document",
                      instruction: str | None = None, dimensions: int | None = None, normalize: bool = True,
-                     show_progress: bool | None = None) -> np.ndarray:
+                     show_progress: bool = False) -> np.ndarray:
         return await self._loop.arun(self._embed(texts, kind, instruction, dimensions, normalize))
 
     def score(self, query: str, documents: Iterable[str], *, instruction: str | None = None) -> list[float]:
@@ -179,9 +179,7 @@ class RemoteEngine:
         if self.family.hidden_size:
             check_dimensions(dimensions, hidden_size=self.family.hidden_size, matryoshka=self.family.matryoshka,
                              model=self.model)
-        prefix = self.family.query_prefix(instruction) if kind == "query" else (
-            self.family.document_prompt if instruction is None else instruction
-        )
+        prefix = self.family.query_prefix(instruction) if kind == "query" else self.family.document_prefix(instruction)
         payload: dict[str, Any] = {"use_activation": normalize, **self._truncation()}
         if dimensions is not None:
             payload["dimensions"] = dimensions
