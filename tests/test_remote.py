@@ -39,6 +39,16 @@ def _remote(model, *urls, **kwargs) -> RemoteEngine:
     return RemoteEngine(model, base_url=list(urls), api_key=API_KEY, **kwargs)
 
 
+def test_server_exposes_health_and_metrics_on_loopback(servers):
+    import httpx
+
+    url = servers["minilm-a"].url
+    assert url.startswith("http://127.0.0.1:")
+    assert httpx.get(url + "/health").status_code == 200
+    metrics = httpx.get(url + "/metrics")
+    assert metrics.status_code == 200 and "vllm:" in metrics.text
+
+
 def test_remote_embed_equals_local_for_documents_and_queries(servers, minilm, minilm_engine):
     texts = mixed_length(120)
     with _remote(minilm, servers["minilm-a"].url) as remote:
