@@ -1,0 +1,57 @@
+"""Print the parity figures the tests assert (fp32), per family, and the engine start time: for closing notes and
+the README. Run with the project venv: .venv/bin/python bench/parity.py [--runner stock|bundled]"""
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+import reference  # noqa: E402
+from corpus import mixed_length  # noqa: E402
+
+from rbln_retrieval import PoolingEngine  # noqa: E402
+from rbln_retrieval.families import QWEN3_DEFAULT_TASK  # noqa: E402
+from rbln_retrieval.testing import BUILDERS, minilm_path  # noqa: E402
+
+QUERY = "How are exceptions raised and handled in Python?"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runner", default="bundled")
+    runner = parser.parse_args().runner
+    texts = mixed_length(40)
+    start = time.perf_counter()
+    with PoolingEngine(minilm_path(), device="cpu", dtype="float32", runner=runner) as engine:
+        started = time.perf_counter() - start
+        from sentence_transformers import SentenceTransformer
+
+        many = mixed_length(240)
+        ours = engine.embed(many)
+        ref = SentenceTransformer(str(minilm_path()), device="cpu").encode(many, normalize_embeddings=True)
+        print(f"engine start (all-MiniLM-L6-v2, {runner}): {started:.1f} s")
+        print(f"all-MiniLM-L6-v2 vs sentence-transformers, 240 texts: min cosine {(ours * ref).sum(1).min():.7f}")
+    with tempfile.TemporaryDirectory() as root:
+        for name, build in BUILDERS.items():
+            path = str(build(Path(root) / name))
+            with PoolingEngine(path, device="cpu", dtype="float32", runner=runner) as engine:
+                if name == "qwen3-reranker":
+                    got = engine.score(QUERY, texts)
+                    want = reference.qwen3_reranker_scores(path, QUERY, texts, instruction=QWEN3_DEFAULT_TASK,
+                                                           max_length=512)
+                elif engine.family.is_cross_encoder:
+                    got, want = engine.score(QUERY, texts), reference.cross_encoder_scores(path, QUERY, texts,
+                                                                                           max_length=512)
+                else:
+                    got = engine.embed(texts)
+                    want = reference.embed(path, texts, pooling=engine.family.pooling, max_length=512)
+                print(f"{name:28s} max abs diff vs transformers reference: {np.abs(np.asarray(got) - want).max():.2e}")
+
+
+if __name__ == "__main__":
+    main()
