@@ -148,7 +148,11 @@ def _run(engine, start_s: float, data_dir: Path, model: Path, corpus: list[Passa
         lambda q: engine.embed([q], kind="query")[0],
         lambda q, texts: engine.rerank(q, texts),
     )
-    _ingest("ingest", ours.store, corpus, lambda texts: engine.embed(texts, show_progress=True), engine.tokenizer)
+    _ingest(
+        "ingest", ours.store, corpus, lambda texts: engine.embed(texts, show_progress=True),
+        # the tokens the engine computes: its own tokenizer, prompt and truncation
+        lambda texts: sum(len(t.ids) for t in engine.tokenizer.encode_texts(texts, engine.family.document_prompt)),
+    )
     _row("rerank", "all-MiniLM-L6-v2 cosine through engine.rerank: no cross-encoder weights are available")
     _row("", "offline, so the bi-encoder rescores its own candidates and mostly keeps their order")
 
@@ -164,7 +168,11 @@ def _row(label: str, text: str) -> None:
 
 
 def _ingest(
-    label: str, store: Store, corpus: list[Passage], embed: Callable[[list[str]], np.ndarray], tokenizer=None
+    label: str,
+    store: Store,
+    corpus: list[Passage],
+    embed: Callable[[list[str]], np.ndarray],
+    count_tokens: Callable[[list[str]], int] | None = None,
 ) -> None:
     if store.ready:
         _row(label, f"reusing Chroma collection {store.name!r}: {store.count} passages in {_short(store.where)}")
@@ -176,9 +184,8 @@ def _ingest(
     seconds = time.perf_counter() - start
     store.fill(corpus, vectors, passages_per_s=len(texts) / seconds)
     line = f"{len(texts)} passages in {seconds:.1f} s: {len(texts) / seconds:.1f} passages/s"
-    if tokenizer is not None:
-        tokens = sum(len(t.ids) for t in tokenizer.encode_texts(texts, ""))
-        line += f", {tokens / seconds:,.0f} tokens/s"
+    if count_tokens is not None:
+        line += f", {count_tokens(texts) / seconds:,.0f} tokens/s"
     _row(label, line)
     _row("", f"-> Chroma collection {store.name!r} in {_short(store.where)}")
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rbln_retrieval import ModelNotSupportedError, detect_family
-
 
 def rag_arguments(description: str) -> argparse.Namespace:
     """The RAG examples' command line: the question, --model, --reranker, --device."""
@@ -14,7 +12,8 @@ def rag_arguments(description: str) -> argparse.Namespace:
 
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("question", nargs="?", default="How do I run cleanup code whether or not an exception occurs?")
-    parser.add_argument("--model", default=str(minilm_path()), help="embedding model directory (default: all-MiniLM-L6-v2)")
+    parser.add_argument("--model", default=str(minilm_path()),
+                        help="embedding model directory (default: all-MiniLM-L6-v2)")
     parser.add_argument("--reranker", help="reranker model directory (default: the embedding model, by cosine)")
     parser.add_argument("--device", choices=("auto", "rbln", "cpu"), default="auto")
     args = parser.parse_args()
@@ -31,8 +30,10 @@ def qwen3_arguments(description: str, family: str, checkpoint: str) -> argparse.
     if args.model is None:
         sys.exit(
             f"{parser.prog} needs the {checkpoint} weights: download {checkpoint} (or a larger size) from "
-            f"Hugging Face and pass its directory, e.g. python {parser.prog} /models/{checkpoint.split('/')[-1]}"
+            f"Hugging Face and pass its directory, e.g. python {sys.argv[0]} /models/{checkpoint.split('/')[-1]}"
         )
+    from rbln_retrieval import ModelNotSupportedError, detect_family
+
     try:
         found = detect_family(args.model).name
     except ModelNotSupportedError as exc:

@@ -46,7 +46,8 @@ if __name__ == "__main__":  # vLLM's engine process imports this module again
 
     print(f"{len(pages)} pages -> {len(chunks)} chunks in Chroma; retrieved 8, reranked to {len(best)}")
     for n, doc in enumerate(best, 1):
-        print(f"{n}. {doc.metadata['relevance_score']:.3f}  [{doc.metadata['page']}] {' '.join(doc.page_content.split())[:90]}")
+        text = " ".join(doc.page_content.split())
+        print(f"{n}. {doc.metadata['relevance_score']:.3f}  [{doc.metadata['page']}] {text[:90]}")
     prompt = ChatPromptTemplate.from_messages([
         ("system", "Answer the question using only the context below. Say so if the context does not answer it.\n\n"
                    "Context:\n{context}"),

@@ -3,8 +3,7 @@ RBLNReranker postprocessor and MockLLM (no LLM is called), printing the source n
 
     python examples/llamaindex_rag.py ["question"] [--model DIR] [--reranker DIR] [--device auto|rbln|cpu]
 
-Defaults to all-MiniLM-L6-v2 for both steps (a bi-encoder reranks by cosine similarity); pass a cross-encoder or
-Qwen3-Reranker directory as --reranker for a real reranker.
+--model and --reranker default to all-MiniLM-L6-v2, as in langchain_rag.py.
 """
 
 from __future__ import annotations
@@ -30,8 +29,13 @@ if __name__ == "__main__":  # vLLM's engine process imports this module again
     ]
     Settings.embed_model = RBLNEmbedding(model_name=args.model, device=args.device)
     Settings.llm = MockLLM(max_tokens=32)  # stands in for a real LLM: retrieval is what this example shows
-    # Chunks are measured in the embedding model's own tokens so they fit its limit (256 for all-MiniLM-L6-v2).
-    splitter = SentenceSplitter(chunk_size=200, chunk_overlap=20, tokenizer=AutoTokenizer.from_pretrained(args.model).tokenize)
+    # Chunks are measured in the embedding model's own tokens so they fit its limit (256 for all-MiniLM-L6-v2);
+    # verbose=False: counting a whole page's tokens is not running it through the model.
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    splitter = SentenceSplitter(
+        chunk_size=200, chunk_overlap=20,
+        tokenizer=lambda text: tokenizer.encode(text, add_special_tokens=False, verbose=False),
+    )
     index = VectorStoreIndex.from_documents(documents, transformations=[splitter], show_progress=True)
 
     reranker = RBLNReranker(model=args.reranker, device=args.device, top_n=3)

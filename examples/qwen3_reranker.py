@@ -8,17 +8,11 @@ The model card formats the chat prompt and reads the "yes"/"no" logits by hand; 
 
 from __future__ import annotations
 
+from qwen3_embedding import DOCUMENTS, QUERIES, TASK  # the model cards use the same pairs
+
 from rbln_retrieval.cli import quiet_startup
 
 quiet_startup()
-
-TASK = "Given a web search query, retrieve relevant passages that answer the query"
-QUERIES = ["What is the capital of China?", "Explain gravity"]
-DOCUMENTS = [
-    "The capital of China is Beijing.",
-    "Gravity is a force that attracts two bodies towards each other. It gives weight to physical objects and is "
-    "responsible for the movement of planets around the sun.",
-]
 
 if __name__ == "__main__":  # vLLM's engine process imports this module again
     from example_args import qwen3_arguments

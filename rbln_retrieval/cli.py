@@ -100,7 +100,8 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     embed = commands.add_parser("embed", help="texts to vectors (.npy, or JSONL on stdout)")
     _model_arguments(embed)
     _input_arguments(embed)
-    embed.add_argument("-o", "--output", type=Path, help="write vectors here: .npy, anything else JSONL (default: stdout)")
+    embed.add_argument("-o", "--output", type=Path,
+                       help="write vectors here: .npy, anything else JSONL (default: stdout)")
     embed.add_argument("--query", action="store_true", help="embed the texts as queries (applies the query prompt)")
     embed.add_argument("--instruction", help="replace the model's prompt (Qwen3-Embedding queries: the task)")
     embed.add_argument("--dimensions", type=int, help="matryoshka size (Qwen3-Embedding)")

@@ -16,6 +16,8 @@ sys.path.insert(0, str(EXAMPLES))
 import qwen3_embedding  # noqa: E402  (constants only: the example's work is behind its __main__ guard)
 import qwen3_reranker  # noqa: E402
 
+# The pages that say how to run cleanup code whatever happens (the RAG examples' default question).
+ANSWERING_PAGES = {"try", "exceptions"}
 SCORE_ROW = re.compile(r"^  (.+?)\s{2,}(-?\d\.\d{4})  (-?\d\.\d{4})$")
 
 
@@ -53,20 +55,20 @@ def ranked_pages(stdout: str) -> list[tuple[float, str]]:
     return [(float(score), page) for score, page in re.findall(r"^\d\. (-?\d\.\d{3})  \[([\w-]+)\]", stdout, re.M)]
 
 
-def test_langchain_rag_reranks_the_try_page_first_and_prints_a_prompt(runs):
+def test_langchain_rag_reranks_an_answering_page_first_and_prints_a_prompt(runs):
     stdout = succeeded(runs, "langchain")
     ranked = ranked_pages(stdout)
-    assert len(ranked) == 3 and ranked[0][1] == "try", stdout
+    assert len(ranked) == 3 and ranked[0][1] in ANSWERING_PAGES, stdout
     assert [score for score, _ in ranked] == sorted((score for score, _ in ranked), reverse=True)
     assert "System: Answer the question using only the context below." in stdout
     assert "Human: How do I run cleanup code whether or not an exception occurs?" in stdout
-    assert '[The "try" statement]' in stdout  # the best chunk's title inside the prompt's context
+    assert "Context:\n[" in stdout and stdout.count("\n[") >= 3  # the chunks, each under its page title
 
 
 def test_llamaindex_rag_prints_reranked_source_nodes(runs):
     stdout = succeeded(runs, "llamaindex")
     ranked = ranked_pages(stdout)
-    assert len(ranked) == 3 and ranked[0][1] == "try", stdout
+    assert len(ranked) == 3 and ranked[0][1] in ANSWERING_PAGES, stdout
     assert [score for score, _ in ranked] == sorted((score for score, _ in ranked), reverse=True)
     assert re.search(r"^10 documents -> \d+ nodes; retrieved 8, reranked to 3$", stdout, re.M), stdout
 
@@ -103,7 +105,8 @@ def test_qwen3_reranker_scores_equal_the_transformers_reference(runs, tiny_model
 def test_qwen3_examples_say_what_to_pass_without_a_model(script, checkpoint):
     result = subprocess.run([sys.executable, str(EXAMPLES / script)], capture_output=True, text=True, timeout=120)
     assert result.returncode != 0 and result.stdout == ""
-    assert f"needs the {checkpoint} weights" in result.stderr and f"python {script} /models/" in result.stderr
+    assert f"needs the {checkpoint} weights" in result.stderr
+    assert f"python {EXAMPLES / script} /models/{checkpoint.split('/')[1]}" in result.stderr
 
 
 def test_qwen3_embedding_example_refuses_another_family(minilm, tmp_path):
