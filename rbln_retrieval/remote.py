@@ -227,7 +227,10 @@ class RemoteEngine:
     async def _batched(self, items: list[Any], call) -> list[Any]:
         """Run ``call`` over batches concurrently (spread over replicas) and concatenate in input order."""
         batches = [items[i : i + self._batch_size] for i in range(0, len(items), self._batch_size)]
-        results = await asyncio.gather(*(call(b) for b in batches))
+        try:
+            results = await asyncio.gather(*(call(b) for b in batches))
+        except (KeyError, IndexError, TypeError) as exc:  # valid JSON, but not the answer of a pooling server
+            raise RemoteError(f"The server's answer lacks the expected fields ({type(exc).__name__}: {exc}).") from exc
         out = [row for result in results for row in result]
         if len(out) != len(items):
             raise RemoteError(f"The server returned {len(out)} results for {len(items)} inputs.")
@@ -261,7 +264,10 @@ class RemoteEngine:
                         "set api_key (or RBLN_API_KEY) to the server's key."
                     )
                 if 400 <= response.status_code < 500:
-                    raise ValueError(f"{replica.url}{path} rejected the request: {_error_message(response)}")
+                    message = _error_message(response)
+                    if self._api_key:  # a proxy may echo the request headers back
+                        message = message.replace(self._api_key, "***")
+                    raise ValueError(f"{replica.url}{path} rejected the request: {message}")
                 if response.status_code >= 500:
                     failure = f"{replica.url} answered HTTP {response.status_code}"
                 else:

@@ -8,6 +8,7 @@ from typing import Any
 
 from langchain_core.callbacks import Callbacks
 from langchain_core.documents import BaseDocumentCompressor, Document
+from pydantic import Field
 
 from langchain_rbln._engine import RBLNEngineModel, batches
 
@@ -50,8 +51,9 @@ class RBLNReranker(RBLNEngineModel, BaseDocumentCompressor):
     top_n: int | None = 3
     """Documents `compress_documents` returns; None returns all of them, 0 or less returns []."""
 
-    score_threshold: float | None = None
-    """`compress_documents` drops documents scoring below this; None keeps every score."""
+    score_threshold: float | None = Field(default=None, allow_inf_nan=False)
+    """`compress_documents` drops documents scoring below this; None keeps every score (NaN and infinities are
+    rejected: no score compares usefully with them)."""
 
     instruction: str | None = None
     """Task description for Qwen3-Reranker (None: the model's default task) or the query prompt for a

@@ -48,7 +48,9 @@ class RBLNReranker(BaseNodePostprocessor):
         default=3, description="Nodes to return, best first; None returns all, 0 or less returns none."
     )
     score_threshold: float | None = Field(
-        default=None, description="Drop nodes whose rerank score is below this value."
+        default=None,
+        allow_inf_nan=False,
+        description="Drop nodes whose rerank score is below this value (a finite number; None keeps all).",
     )
     keep_retrieval_score: bool = Field(
         default=False,

@@ -1,0 +1,97 @@
+"""A misbehaving HTTP server on loopback for remote-mode fault and secrecy tests: no model, one canned answer per
+POST."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Literal
+
+import pytest
+
+Mode = Literal["500", "garbage", "wrong-shape", "sleep", "echo-headers"]
+
+
+class FakeServer:
+    """Answers every POST with ``mode``: HTTP 500, a 200 that is not JSON, JSON without the fields a pooling
+    server sends, a reply after ``delay`` seconds, or a 400 whose body echoes the request headers (as a careless
+    proxy might). Records the time of every POST."""
+
+    def __init__(self, mode: Mode, delay: float = 0.0):
+        self.mode, self.delay = mode, delay
+        self.posts: list[float] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # /v1/models: unknown here, so the client uses its own model name
+                self._reply(404, b'{"error": "not found"}')
+
+            def do_POST(self) -> None:
+                server.posts.append(time.monotonic())
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if server.mode == "500":
+                    self._reply(500, b'{"error": "internal"}')
+                elif server.mode == "garbage":
+                    self._reply(200, b"<html>not json at all")
+                elif server.mode == "wrong-shape":
+                    self._reply(200, b'{"object": "list"}')
+                elif server.mode == "echo-headers":
+                    self._reply(400, json.dumps({"error": {"message": f"bad request: {dict(self.headers)}"}}).encode())
+                else:
+                    time.sleep(server.delay)
+                    self._reply(200, b'{"data": []}')
+
+            def _reply(self, status: int, body: bytes) -> None:
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout): expected
+                    pass
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> FakeServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def gaps(self) -> list[float]:
+        """Seconds between consecutive POSTs (the client's backoff)."""
+        return [b - a for a, b in zip(self.posts, self.posts[1:])]
+
+
+API_KEY = "sk-rbln-test-5e1f0c2d9a"
+
+
+def assert_api_key_hidden(make: Callable[[str], Any], use: Callable[[Any], Any], caplog: pytest.LogCaptureFixture) -> None:
+    """Build an object with ``make(base_url)`` (it must pass API_KEY), let ``use`` fail against a server that
+    echoes the request headers and one that answers 500, and grep its repr, str, the raised errors with their
+    tracebacks and causes, and every log record for the key."""
+    caplog.set_level(logging.DEBUG)
+    with FakeServer("echo-headers") as echo, FakeServer("500") as failing:
+        for server in (echo, failing):
+            obj = make(server.url)
+            with pytest.raises(Exception) as raised:
+                use(obj)
+            shown = {"repr": repr(obj), "str": str(obj), "error": "".join(traceback.format_exception(raised.value))}
+            for where, text in {**shown, "logs": caplog.text}.items():
+                assert API_KEY not in text, f"the API key appears in the {where}"
+            if server is echo:  # the key did reach the server, and came back redacted
+                assert "Bearer ***" in str(raised.value)
