@@ -57,7 +57,9 @@ class BundledModelRunner(CPUModelRunner):
         self.counters = StepCounters()
         self._bucket: int | None = None
         self._pooled: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None
-        self.heads: dict[str, TaskHead] = {}
+        self.heads: dict[str, TaskHead] = {}  # tasks pooled inside the graph (set once the model is loaded)
+        self.methods: list[str] = []
+        self.takes_token_types = False
         self.compile_backend: RecordingBackend | None = None
         self._graph_breaks_at_start = 0
         self.cache_reused = False
