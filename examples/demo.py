@@ -37,10 +37,10 @@ QUESTIONS = [
 class Store:
     """A persistent Chroma collection of the corpus; reusable when it holds exactly these passages."""
 
-    def __init__(self, collection, where: Path, fingerprint: str, size: int):
-        self.collection, self.where, self.fingerprint, self.size = collection, where, fingerprint, size
+    def __init__(self, client, collection, where: Path, fingerprint: str, size: int):
+        self.client, self.collection, self.where = client, collection, where
+        self.fingerprint, self.size = fingerprint, size
         self.name = collection.name
-        self._texts: dict[str, str] = {}
 
     @classmethod
     def open(cls, data_dir: Path, name: str, corpus: list[Passage]) -> Store:
@@ -50,7 +50,8 @@ class Store:
         client = chromadb.PersistentClient(path=str(where), settings=chromadb.Settings(anonymized_telemetry=False))
         # Vectors are always supplied by us: no embedding function, so Chroma never loads (or downloads) its own.
         options = {"embedding_function": None, "configuration": {"hnsw": {"space": "cosine"}}}
-        store = cls(client.get_or_create_collection(name, **options), where, fingerprint(corpus), len(corpus))
+        collection = client.get_or_create_collection(name, **options)
+        store = cls(client, collection, where, fingerprint(corpus), len(corpus))
         if not store.ready and store.count:
             client.delete_collection(name)  # built from another corpus or interrupted: start over
             store.collection = client.create_collection(name, **options)
@@ -69,7 +70,7 @@ class Store:
         return self.meta.get("fingerprint") == self.fingerprint and self.count == self.size
 
     def fill(self, corpus: list[Passage], vectors: np.ndarray, **stats: float) -> None:
-        step = self.collection._client.get_max_batch_size()
+        step = self.client.get_max_batch_size()
         for i in range(0, len(corpus), step):
             part = corpus[i : i + step]
             self.collection.add(
@@ -81,15 +82,10 @@ class Store:
         # The fingerprint goes in last: a run interrupted while adding leaves a collection that is not ready.
         self.collection.modify(metadata={**self.meta, "fingerprint": self.fingerprint, **stats})
 
-    def query(self, vector: np.ndarray, k: int) -> list[tuple[str, float]]:
-        """(passage id, cosine similarity) of the k nearest passages."""
-        found = self.collection.query(query_embeddings=[vector], n_results=k, include=["documents", "distances"])
-        for pid, text in zip(found["ids"][0], found["documents"][0]):
-            self._texts[pid] = text
-        return [(pid, 1.0 - distance) for pid, distance in zip(found["ids"][0], found["distances"][0])]
-
-    def text(self, pid: str) -> str:
-        return self._texts[pid]
+    def query(self, vector: np.ndarray, k: int) -> list[tuple[str, str]]:
+        """(passage id, text) of the k nearest passages by cosine similarity, nearest first."""
+        found = self.collection.query(query_embeddings=[vector], n_results=k, include=["documents"])
+        return list(zip(found["ids"][0], found["documents"][0]))
 
 
 @dataclass
@@ -106,7 +102,7 @@ class Pipeline:
         start = time.perf_counter()
         hits = self.store.query(self.embed_query(query), k)
         retrieved = time.perf_counter()
-        ranked = self.rerank(query, [self.store.text(pid) for pid, _ in hits])
+        ranked = self.rerank(query, [text for _, text in hits])
         return [(hits[i][0], score) for i, score in ranked], retrieved - start, time.perf_counter() - retrieved
 
 

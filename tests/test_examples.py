@@ -1,13 +1,18 @@
-"""The examples run as a user runs them (subprocesses, all started at once to share the wait for engine starts);
-their printed results are checked against the labeled data and against plain-transformers references."""
+"""The examples run as a user runs them (subprocesses, all started at once to share the wait for engine starts;
+remote_client.py against a real `rbln-retrieval serve`); their printed results are checked against the labeled
+data and against plain-transformers references."""
 
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import httpx
+import numpy as np
 import pytest
 import reference
 
@@ -15,6 +20,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 sys.path.insert(0, str(EXAMPLES))
 import qwen3_embedding  # noqa: E402  (constants only: the example's work is behind its __main__ guard)
 import qwen3_reranker  # noqa: E402
+import remote_client  # noqa: E402
 
 # The pages that say how to run cleanup code whatever happens (the RAG examples' default question).
 ANSWERING_PAGES = {"try", "exceptions"}
@@ -28,19 +34,56 @@ def start(script: str, *args: str) -> subprocess.Popen:
     )
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_healthy(url: str, server: subprocess.Popen, log: Path, timeout: float = 900) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert server.poll() is None, f"rbln-retrieval serve exited: {log.read_text()[-2000:]}"
+        try:
+            if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(2)
+    raise AssertionError(f"rbln-retrieval serve did not become healthy in {timeout} s")
+
+
 @pytest.fixture(scope="module")
-def runs(tiny_models) -> dict[str, tuple[int, str, str]]:
-    """Every example that starts an engine, started together; name -> (exit code, stdout, stderr)."""
-    started = {
-        "langchain": start("langchain_rag.py", "--device", "cpu"),
-        "llamaindex": start("llamaindex_rag.py", "--device", "cpu"),
-        "qwen3-embedding": start("qwen3_embedding.py", tiny_models["qwen3-embedding"], "--device", "cpu"),
-        "qwen3-reranker": start("qwen3_reranker.py", tiny_models["qwen3-reranker"], "--device", "cpu"),
-    }
-    results = {}
-    for name, process in started.items():
-        stdout, stderr = process.communicate(timeout=1200)
-        results[name] = (process.returncode, stdout, stderr)
+def runs(tiny_models, minilm, tmp_path_factory) -> dict[str, tuple[int, str, str]]:
+    """Every example that starts an engine, started together (with the server remote_client.py talks to);
+    name -> (exit code, stdout, stderr)."""
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with log.open("w") as server_output:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "rbln_retrieval.cli", "serve", str(minilm), "--port", str(port),
+             "--device", "cpu", "--dtype", "float32"],
+            stdout=server_output, stderr=subprocess.STDOUT,
+        )
+    try:
+        started = {
+            "langchain": start("langchain_rag.py", "--device", "cpu"),
+            "llamaindex": start("llamaindex_rag.py", "--device", "cpu"),
+            "qwen3-embedding": start("qwen3_embedding.py", tiny_models["qwen3-embedding"], "--device", "cpu"),
+            "qwen3-reranker": start("qwen3_reranker.py", tiny_models["qwen3-reranker"], "--device", "cpu"),
+        }
+        results = {}
+        for name, process in started.items():
+            stdout, stderr = process.communicate(timeout=1200)
+            results[name] = (process.returncode, stdout, stderr)
+        wait_healthy(url, server, log)
+        remote = start("remote_client.py", "--base-url", url, "--model", minilm)
+        stdout, stderr = remote.communicate(timeout=600)
+        results["remote"] = (remote.returncode, stdout, stderr)
+    finally:
+        server.terminate()
+        server.wait(timeout=120)
     return results
 
 
@@ -98,6 +141,20 @@ def test_qwen3_reranker_scores_equal_the_transformers_reference(runs, tiny_model
         )
         assert row == pytest.approx(want, abs=2e-4)
     assert "rerank for 'Explain gravity':" in stdout
+
+
+def test_remote_client_gets_the_local_scores_from_the_server(runs, minilm):
+    stdout = succeeded(runs, "remote")
+    assert "LangChain RBLNEmbeddings: 3 vectors of 384 dims" in stdout
+    assert "LlamaIndex RBLNEmbedding: query vector of 384 dims" in stdout
+    printed = re.findall(r"^  (\d\.\d{3})  (.+)$", stdout, re.M)
+    documents = reference.embed(str(minilm), remote_client.DOCUMENTS, pooling="MEAN", max_length=256)
+    query = reference.embed(str(minilm), [remote_client.QUERY], pooling="MEAN", max_length=256)[0]
+    cosine = documents @ query
+    order = list(np.argsort(-cosine))
+    order += order[:2]  # LangChain ranks all three, the LlamaIndex postprocessor keeps the best two
+    assert [text for _, text in printed] == [remote_client.DOCUMENTS[i] for i in order]
+    assert [float(score) for score, _ in printed] == pytest.approx([cosine[i] for i in order], abs=6e-4)
 
 
 @pytest.mark.parametrize(("script", "checkpoint"), [("qwen3_embedding.py", "Qwen/Qwen3-Embedding-0.6B"),
