@@ -127,7 +127,10 @@ class PoolingEngine:
             with backend.activated(target):
                 self._vllm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
         except Exception as exc:  # vLLM raises many types from deep inside; callers get one sentence.
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            # A weights file that fails in vLLM's worker process only says "see root cause above" here.
+            reason = _unreadable_weights(self.model) or (
+                str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            )
             raise EngineStartError(f"vLLM could not start an engine for {self.model}: {reason}") from exc
 
     def close(self) -> None:
@@ -276,8 +279,9 @@ class PoolingEngine:
             scores.extend(float(row.reshape(-1)[0]) for row in await self._encode(tokens, params, None))
         return scores
 
-    async def _encode(self, tokens: list[Tokens], params: Any, bar: tqdm | None) -> list[np.ndarray]:
-        """Submit every prompt at once (the scheduler batches them) and return outputs in input order."""
+    async def _encode(self, tokens: list[Tokens], params: Any, bar: tqdm | None) -> np.ndarray:
+        """Submit every prompt at once (the scheduler batches them) and return outputs in input order, one row
+        each, as one array (a chunk of rows costs one allocation, not one tensor per row)."""
         from vllm.inputs import TokensPrompt
         from vllm.v1.engine.exceptions import EngineDeadError as VLLMEngineDeadError
 
@@ -299,13 +303,21 @@ class PoolingEngine:
             return final.outputs.data.float().numpy()
 
         try:
-            async with asyncio.TaskGroup() as group:
-                tasks = [group.create_task(one(i, t)) for i, t in enumerate(tokens)]
-        except* VLLMEngineDeadError as failure:
-            raise EngineDeadError(
-                f"The vLLM engine for {self.model} died while serving this call; the next call starts a new one."
-            ) from failure.exceptions[0]
-        return [task.result() for task in tasks]
+            try:
+                async with asyncio.TaskGroup() as group:
+                    tasks = [group.create_task(one(i, t)) for i, t in enumerate(tokens)]
+            except* VLLMEngineDeadError as failure:
+                raise EngineDeadError(
+                    f"The vLLM engine for {self.model} died while serving this call; the next call starts a new one."
+                ) from failure.exceptions[0]
+        except BaseException:
+            # Cancelled (or failed) calls must not leave requests computing in the engine. vLLM aborts a request
+            # whose stream is cancelled, except one cancelled between its registration and its hand-off to the
+            # engine core: abort the whole batch by id (ids that already finished are ignored).
+            if not engine.errored:
+                await engine.abort([f"{batch}-{i}" for i in range(len(tokens))])
+            raise
+        return np.stack([task.result() for task in tasks])
 
     async def _running_engine(self) -> Any:
         """The live AsyncLLM, restarting it first if its process died."""
@@ -321,6 +333,19 @@ class PoolingEngine:
     def _progress(texts: Iterable[str], show_progress: bool) -> tqdm:
         total = len(texts) if hasattr(texts, "__len__") else None
         return tqdm(total=total, disable=not show_progress, desc="Embedding", unit="text")
+
+
+def _unreadable_weights(model_dir: str) -> str | None:
+    """One sentence naming a safetensors file whose header cannot be read, or None when all of them can."""
+    from safetensors import SafetensorError, safe_open
+
+    for path in sorted(Path(model_dir).glob("*.safetensors")):
+        try:
+            with safe_open(path, framework="numpy"):
+                pass
+        except (SafetensorError, OSError) as exc:
+            return f"{path.name} is not a readable safetensors file ({exc})."
+    return None
 
 
 def _chunks(texts: Iterable[str], what: str = "texts") -> Iterator[tuple[int, list[str]]]:

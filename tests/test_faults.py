@@ -1,0 +1,182 @@
+"""Faults: the engine process killed mid-ingest, engines that cannot start, cancelled and interrupted calls, and
+remote servers that refuse, stall, fail or answer garbage. Each ends in one clear error or a usable engine."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import signal
+import threading
+import time
+
+import numpy as np
+import psutil
+import pytest
+from corpus import mixed_length
+from http_fakes import FakeServer
+from servers import free_port
+
+from rbln_retrieval import EngineDeadError, EngineStartError, ModelNotSupportedError, PoolingEngine
+from rbln_retrieval.remote import RemoteEngine, RemoteError
+
+INGEST = [f"passage {i}: " + "words to keep the engine busy " * 20 for i in range(20_000)]
+
+
+def engine_processes() -> list[psutil.Process]:
+    """vLLM's processes (engine core and its workers) below this test process."""
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.name().startswith("VLLM"):
+                found.append(child)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+def assert_no_new_engine_processes(before: list[psutil.Process], timeout: float = 30) -> None:
+    new = [p for p in engine_processes() if p not in before]
+    _, alive = psutil.wait_procs(new, timeout=timeout)
+    assert not alive, f"engine processes left behind: {alive}"
+
+
+def wait_until(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.05)
+
+
+def unfinished(engine: PoolingEngine) -> int:
+    """Requests vLLM's front end still tracks for this engine (waiting or computing)."""
+    return engine._vllm.get_num_unfinished_requests()
+
+
+def assert_engine_idle(engine: PoolingEngine) -> None:
+    """No request left in the front end, and the runner takes no step over a quiet second."""
+    wait_until(lambda: unfinished(engine) == 0, 30, "the cancelled requests are gone")
+    steps = engine.stats()["steps"]
+    time.sleep(1.0)
+    assert engine.stats()["steps"] == steps, "the engine kept computing after the call was abandoned"
+
+
+# -- the engine process dies ---------------------------------------------------------------------------------------
+def test_killed_engine_process_fails_the_call_fast_and_the_next_call_restarts(minilm, minilm_engine):
+    texts = mixed_length(40)
+    expected = minilm_engine.embed(texts)
+    before = [p for p in engine_processes()]
+    engine = PoolingEngine(minilm, device="cpu", dtype="float32")
+    try:
+        (core,) = [p for p in engine_processes() if p not in before and p.name() == "VLLM::EngineCore"]
+        outcome: dict[str, object] = {}
+
+        def ingest() -> None:
+            try:
+                outcome["result"] = engine.embed(INGEST)
+            except BaseException as exc:
+                outcome["error"], outcome["at"] = exc, time.monotonic()
+
+        worker = threading.Thread(target=ingest, daemon=True)
+        worker.start()
+        wait_until(lambda: unfinished(engine) > 100, 120, "the ingest is in flight")
+        killed_at = time.monotonic()
+        core.send_signal(signal.SIGKILL)
+        worker.join(timeout=60)
+        assert not worker.is_alive(), "the in-flight call hung after the engine process died"
+        error = outcome.get("error")
+        assert isinstance(error, EngineDeadError), f"expected EngineDeadError, got {error!r}"
+        assert str(error).endswith("died while serving this call; the next call starts a new one.")
+        print(f"\nengine killed: the call failed after {outcome['at'] - killed_at:.2f} s")
+        assert outcome["at"] - killed_at < 10
+
+        np.testing.assert_allclose(engine.embed(texts), expected, atol=1e-5)
+        (new_core,) = [p for p in engine_processes() if p not in before and p.name() == "VLLM::EngineCore"]
+        assert new_core.pid != core.pid
+    finally:
+        engine.close()
+    assert_no_new_engine_processes(before)
+
+
+# -- the engine cannot start ---------------------------------------------------------------------------------------
+def test_corrupt_weights_file_is_a_clear_error_and_leaves_no_process(tiny_models, tmp_path):
+    model = tmp_path / "corrupt"
+    shutil.copytree(tiny_models["bert-cls"], model)
+    weights = model / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    before = engine_processes()
+    with pytest.raises(EngineStartError, match=r"model\.safetensors is not a readable safetensors file \(.+\)\.$"):
+        PoolingEngine(model, device="cpu", dtype="float32")
+    assert_no_new_engine_processes(before)
+
+
+def test_unsupported_architecture_is_refused_before_any_process_starts(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["T5ForConditionalGeneration"]}))
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    before = engine_processes()
+    with pytest.raises(ModelNotSupportedError, match="architecture 'T5ForConditionalGeneration'"):
+        PoolingEngine(tmp_path, device="cpu")
+    assert engine_processes() == before
+
+
+# -- the caller gives up -------------------------------------------------------------------------------------------
+async def test_cancelled_async_call_aborts_its_requests(minilm_engine):
+    expected = minilm_engine.embed(INGEST[:8])
+    call = asyncio.create_task(minilm_engine.aembed(INGEST))
+    await asyncio.to_thread(wait_until, lambda: unfinished(minilm_engine) > 100, 120, "the ingest is in flight")
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    await asyncio.to_thread(assert_engine_idle, minilm_engine)
+    np.testing.assert_allclose(await minilm_engine.aembed(INGEST[:8]), expected, atol=1e-5)
+
+
+def test_keyboard_interrupt_during_a_sync_ingest_leaves_the_engine_usable(minilm_engine):
+    expected = minilm_engine.embed(INGEST[:8])
+
+    def interrupt() -> None:
+        wait_until(lambda: unfinished(minilm_engine) > 100, 120, "the ingest is in flight")
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)  # what Ctrl-C does
+
+    interrupter = threading.Thread(target=interrupt, daemon=True)
+    interrupter.start()
+    with pytest.raises(KeyboardInterrupt):
+        minilm_engine.embed(INGEST)
+    interrupter.join()
+    assert_engine_idle(minilm_engine)
+    np.testing.assert_allclose(minilm_engine.embed(INGEST[:8]), expected, atol=1e-5)
+
+
+# -- remote servers misbehave --------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "mode, message",
+    [("500", r"answered HTTP 500"), ("garbage", r"answered with malformed JSON"), ("sleep", r"timed out after 0\.5 s")],
+)
+def test_remote_failures_map_to_one_error_after_bounded_retries_with_backoff(minilm, mode, message):
+    with FakeServer(mode, delay=3.0) as server, RemoteEngine(
+        minilm, base_url=server.url, max_retries=3, timeout=0.5
+    ) as remote:
+        started = time.monotonic()
+        with pytest.raises(RemoteError, match=rf"/v1/embeddings failed after 4 attempts; last: .*{message}\.$"):
+            remote.embed(["a", "b"])
+        elapsed = time.monotonic() - started
+    assert len(server.posts) == 4
+    # Backoff doubles from 0.25 s with +-50% jitter (a timed-out attempt adds its 0.5 s).
+    for attempt, gap in enumerate(server.gaps()):
+        assert gap >= 0.25 * 2**attempt * 0.5, f"retry {attempt + 1} came after only {gap:.2f} s"
+    assert elapsed < 30
+
+
+def test_remote_connection_refused_maps_to_one_error_after_bounded_retries(minilm):
+    with RemoteEngine(minilm, base_url=f"http://127.0.0.1:{free_port()}", max_retries=2) as remote:
+        started = time.monotonic()
+        with pytest.raises(RemoteError, match=r"failed after 3 attempts; last: could not reach .*ConnectError"):
+            remote.embed(["x"])
+        assert 0.25 * 0.5 + 0.5 * 0.5 <= time.monotonic() - started < 30
+
+
+def test_remote_json_of_the_wrong_shape_is_a_clear_error_at_once(minilm):
+    with FakeServer("wrong-shape") as server, RemoteEngine(minilm, base_url=server.url, max_retries=3) as remote:
+        with pytest.raises(RemoteError, match=r"The server's answer lacks the expected fields \(KeyError: 'data'\)\."):
+            remote.embed(["a"])
+    assert len(server.posts) == 1, "a well-formed answer of the wrong shape is not retried"
