@@ -134,7 +134,7 @@ CONFIGS = {
     "bundled": ("bundled", {}),
     "bundled, static attention": ("bundled", {"attention": "static"}),
     "stock vLLM": ("stock", {}),
-    "one request/step, padded (upstream RBLN)": ("bundled", {"one_request_per_step": True}),
+    "one request/step padded (upstream RBLN)": ("bundled", {"one_request_per_step": True}),
 }
 
 
@@ -156,7 +156,7 @@ def main() -> None:
     models = {
         "minilm": ("all-MiniLM-L6-v2 (fp32)", minilm_path, "float32", list(CONFIGS)),
         "qwen3": ("Qwen3-0.6B-shaped, random (bf16)", lambda: qwen3_shaped(args.model_dir), "bfloat16",
-                  ["bundled", "stock vLLM", "one request/step, padded (upstream RBLN)"]),
+                  ["bundled", "stock vLLM", "one request/step padded (upstream RBLN)"]),
     }
     rows = []
     for key in args.models.split(","):
@@ -170,8 +170,9 @@ def main() -> None:
                 contenders[name] = Contender(path, runner, settings, texts, dtype=dtype, max_length=args.max_length)
             # Interleaved repeats: load from other processes on this shared machine hits every contender alike.
             for _ in range(args.repeats):
-                for contender in contenders.values():
+                for name, contender in contenders.items():
                     contender.run()
+                    print(f"{label} | {name} (so far): {json.dumps(contender.result())}", flush=True)
         finally:
             for contender in contenders.values():
                 contender.engine.close()
