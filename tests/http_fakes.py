@@ -80,7 +80,9 @@ class FakeServer:
 API_KEY = "sk-rbln-test-5e1f0c2d9a"
 
 
-def assert_api_key_hidden(make: Callable[[str], Any], use: Callable[[Any], Any], caplog: pytest.LogCaptureFixture) -> None:
+def assert_api_key_hidden(
+    make: Callable[[str], Any], use: Callable[[Any], Any], caplog: pytest.LogCaptureFixture
+) -> None:
     """Build an object with ``make(base_url)`` (it must pass API_KEY), let ``use`` fail against a server that
     echoes the request headers and one that answers 500, and grep its repr, str, the raised errors with their
     tracebacks and causes, and every log record for the key."""
