@@ -303,20 +303,12 @@ class PoolingEngine:
             return final.outputs.data.float().numpy()
 
         try:
-            try:
-                async with asyncio.TaskGroup() as group:
-                    tasks = [group.create_task(one(i, t)) for i, t in enumerate(tokens)]
-            except* VLLMEngineDeadError as failure:
-                raise EngineDeadError(
-                    f"The vLLM engine for {self.model} died while serving this call; the next call starts a new one."
-                ) from failure.exceptions[0]
-        except BaseException:
-            # Cancelled (or failed) calls must not leave requests computing in the engine. vLLM aborts a request
-            # whose stream is cancelled, except one cancelled between its registration and its hand-off to the
-            # engine core: abort the whole batch by id (ids that already finished are ignored).
-            if not engine.errored:
-                await engine.abort([f"{batch}-{i}" for i in range(len(tokens))])
-            raise
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(one(i, t)) for i, t in enumerate(tokens)]
+        except* VLLMEngineDeadError as failure:
+            raise EngineDeadError(
+                f"The vLLM engine for {self.model} died while serving this call; the next call starts a new one."
+            ) from failure.exceptions[0]
         return np.stack([task.result() for task in tasks])
 
     async def _running_engine(self) -> Any:
