@@ -128,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     start = time.perf_counter()
     # vLLM's per-shard loading bar is noise for a one-file model.
-    engine = PoolingEngine(model, device="auto", engine_kwargs={"use_tqdm_on_load": False})
+    engine = PoolingEngine(model, device="auto")
     try:
         return _run(engine, time.perf_counter() - start, args.data_dir, model, corpus)
     finally:

@@ -153,7 +153,7 @@ def _engine(args: argparse.Namespace) -> Any:
     from rbln_retrieval import PoolingEngine
 
     # vLLM's per-shard loading bar would mix with the command's own progress bar.
-    return PoolingEngine(args.model, **_engine_options(args), engine_kwargs={"use_tqdm_on_load": False})
+    return PoolingEngine(args.model, **_engine_options(args))
 
 
 # -- input -----------------------------------------------------------------------------------------------------

@@ -64,6 +64,8 @@ def vllm_engine_kwargs(
         # Pickle checkpoints can run code on load; safetensors only unless the caller opts in.
         "load_format": "auto" if allow_pickle else "safetensors",
         "disable_log_stats": True,
+        # A library's users see their own progress bars; vLLM's checkpoint-loading bar is noise at every start.
+        "use_tqdm_on_load": False,
         # One worker: run it inside the engine-core process instead of spawning another one (seconds at start).
         "distributed_executor_backend": "uni",
     }
