@@ -22,7 +22,7 @@ test: install
 	$(PY) -m pytest
 
 bench: install
-	$(PY) bench/run.py
+	$(PY) bench/backend.py
 
 clean:
 	rm -rf $(VENV) .demo-data bench/results
