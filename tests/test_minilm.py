@@ -72,14 +72,20 @@ def test_score_is_cosine_of_query_and_document_vectors(minilm_engine):
     assert all(type(s) is float for s in scores)
 
 
+def _same_ranking(got, want):
+    """Same indices in the same order; scores equal up to float noise (a step's batch changes summation order)."""
+    assert [i for i, _ in got] == [i for i, _ in want]
+    assert [s for _, s in got] == pytest.approx([s for _, s in want], abs=1e-6)
+
+
 def test_rerank_orders_by_score_and_respects_top_n(minilm_engine):
     scores = minilm_engine.score(QUESTIONS[2], PASSAGES)
     ranked = minilm_engine.rerank(QUESTIONS[2], PASSAGES)
     assert [i for i, _ in ranked] == sorted(range(10), key=lambda i: -scores[i])
-    assert minilm_engine.rerank(QUESTIONS[2], PASSAGES, top_n=2) == ranked[:2]
+    _same_ranking(minilm_engine.rerank(QUESTIONS[2], PASSAGES, top_n=2), ranked[:2])
     assert minilm_engine.rerank(QUESTIONS[2], PASSAGES, top_n=0) == []
     assert minilm_engine.rerank(QUESTIONS[2], PASSAGES, top_n=-1) == []
-    assert minilm_engine.rerank(QUESTIONS[2], PASSAGES, top_n=50) == ranked
+    _same_ranking(minilm_engine.rerank(QUESTIONS[2], PASSAGES, top_n=50), ranked)
     assert minilm_engine.rerank(QUESTIONS[2], []) == []
 
 
