@@ -46,7 +46,7 @@ def test_server_exposes_health_and_metrics_on_loopback(servers):
     assert url.startswith("http://127.0.0.1:")
     assert httpx.get(url + "/health").status_code == 200
     metrics = httpx.get(url + "/metrics")
-    assert metrics.status_code == 200 and "vllm:" in metrics.text
+    assert metrics.status_code == 200 and "# TYPE" in metrics.text  # Prometheus exposition format
 
 
 def test_remote_embed_equals_local_for_documents_and_queries(servers, minilm, minilm_engine):
