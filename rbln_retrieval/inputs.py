@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-TRUNCATE_MODES = ("end", "start", "error")
 
 
 def check_texts(texts: Iterable[Any], what: str = "texts", *, first_index: int = 0) -> list[str]:
@@ -28,12 +27,6 @@ def check_query(query: Any) -> str:
     if not query.strip():
         raise ValueError("query is empty; a relevance score needs a query to compare against.")
     return query
-
-
-def check_truncate(truncate: str) -> str:
-    if truncate not in TRUNCATE_MODES:
-        raise ValueError(f"truncate={truncate!r} is not one of {', '.join(map(repr, TRUNCATE_MODES))}.")
-    return truncate
 
 
 def check_dimensions(dimensions: int | None, *, hidden_size: int, matryoshka: bool, model: str) -> int | None:
