@@ -6,7 +6,6 @@ from collections.abc import Iterable
 from typing import Any
 
 
-
 def check_texts(texts: Iterable[Any], what: str = "texts", *, first_index: int = 0) -> list[str]:
     """Return ``texts`` as a list of str, or raise TypeError naming the first item that is not one.
 
