@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tqdm.auto import tqdm
 
 from rbln_retrieval.device import resolve_device
-from rbln_retrieval.engine_args import vllm_engine_kwargs
+from rbln_retrieval.engine_args import cpu_threads_env, vllm_engine_kwargs
 from rbln_retrieval.errors import EngineDeadError, EngineStartError
 from rbln_retrieval.families import FamilyName, ModelFamily, check_weights, detect_family
 from rbln_retrieval.inputs import check_dimensions, check_query, check_texts
@@ -122,9 +122,10 @@ class PoolingEngine:
             runner=self.options.runner,
             target=target or "host",
             strict_shapes=self.options.strict_shapes,
+            device=self.device,
         )
         try:
-            with backend.activated(target):
+            with backend.activated(target, cpu_threads_env() if self.device == "cpu" else None):
                 self._vllm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
         except Exception as exc:  # vLLM raises many types from deep inside; callers get one sentence.
             # A weights file that fails in vLLM's worker process only says "see root cause above" here.

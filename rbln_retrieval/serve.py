@@ -13,7 +13,7 @@ from typing import Any
 
 from rbln_retrieval.device import resolve_device
 from rbln_retrieval.engine import EngineOptions, _vllm_quiet
-from rbln_retrieval.engine_args import vllm_engine_kwargs
+from rbln_retrieval.engine_args import cpu_threads_env, vllm_engine_kwargs
 from rbln_retrieval.families import check_weights, detect_family
 
 
@@ -41,6 +41,7 @@ def server_args(
         runner=opts.runner,
         target=target or "host",
         strict_shapes=opts.strict_shapes,
+        device=device,
     )
     _vllm_quiet()
     from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
@@ -66,7 +67,7 @@ def serve(model: str, *, host: str = "127.0.0.1", port: int = 8000, api_key: str
 
     api_key = api_key or os.environ.get("RBLN_API_KEY")
     args, target = server_args(model, host=host, port=port, api_key=api_key, **options)
-    with backend.activated(target):
+    with backend.activated(target, cpu_threads_env() if target != "rbln" else None):
         try:
             uvloop.run(run_server(args))
         except KeyboardInterrupt:

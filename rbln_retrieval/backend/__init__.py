@@ -33,11 +33,12 @@ def register() -> str | None:
 
 
 @contextmanager
-def activated(target: str | None) -> Iterator[None]:
-    """Environment for vLLM processes started inside the block: the plugin on ``target``, or off for None."""
+def activated(target: str | None, env: dict[str, str] | None = None) -> Iterator[None]:
+    """Environment for vLLM processes started inside the block: the plugin on ``target``, or off for None,
+    plus ``env``."""
     if target is not None and target not in TARGETS:
         raise ValueError(f"target={target!r} is not one of {TARGETS}.")
-    wanted = {ACTIVATE_ENV: target, **(_ENGINE_ENV if target else {})}
+    wanted = {ACTIVATE_ENV: target, **(_ENGINE_ENV if target else {}), **(env or {})}
     saved = {name: os.environ.get(name) for name in wanted}
     try:
         for name, value in wanted.items():
