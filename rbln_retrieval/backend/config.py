@@ -6,7 +6,8 @@ Callers tune them through ``PoolingEngine(..., engine_kwargs={"additional_config
 - ``buckets``: explicit token-count buckets (default: powers of two from 16 to 1024, then steps of 1024);
 - ``attention``: "host" (vLLM's CPU kernel behind its opaque op; the host default) or "static" (masked bucket
   attention inside the graph; always used on the NPU);
-- ``host_compile_backend``: "eager" (default) or "inductor" for the host target;
+- ``host_compile_backend``: "none" (default: the host runs the same bucket-shaped forward without tracing it),
+  "eager" (dynamo traces one graph per bucket) or "inductor"; ``strict_shapes`` always traces;
 - ``one_request_per_step``: reproduce upstream vllm-rbln's prefill (one prompt per step padded to max_length).
 """
 
@@ -56,8 +57,9 @@ class BundledConfig:
     buckets: tuple[int, ...] = ()
     # "host": vLLM's variable-length CPU kernel inside the static graph; "static": masked bucket attention.
     attention: Literal["host", "static"] = "host"
-    # host target only: the torch.compile backend that runs the graphs ("eager" traces without codegen).
-    host_compile_backend: Literal["eager", "inductor"] = "eager"
+    # host target only: the torch.compile backend that runs the graphs ("eager" traces without codegen). "none"
+    # skips tracing: about 0.5 s per bucket at every start, and the CPU gains nothing from an uncompiled trace.
+    host_compile_backend: Literal["none", "eager", "inductor"] = "none"
     strict_shapes: bool = False
     # Upstream vllm-rbln's prefill: one request per step padded to a single bucket (for comparison only).
     one_request_per_step: bool = False
@@ -79,6 +81,12 @@ class BundledConfig:
             if num_tokens <= bucket:
                 return bucket
         raise RuntimeError(f"A step of {num_tokens} tokens exceeds the largest bucket ({self.buckets[-1]}).")
+
+    @property
+    def traced(self) -> bool:
+        """Whether steps run through torch.compile: always on the NPU and under strict_shapes (which records the
+        traced graphs), on the host only when a compile backend is chosen."""
+        return self.target == "rbln" or self.strict_shapes or self.host_compile_backend != "none"
 
     def cache_dir(self) -> Path:
         """Compile artifacts for this model and configuration; the same key on the next start reuses them."""

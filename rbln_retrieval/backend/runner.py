@@ -3,8 +3,9 @@
 vLLM's scheduler packs many whole prompts into a step. This runner pads the step's token count up to the next
 declared bucket (the single choke point is ``_determine_batch_execution_and_padding``), builds attention
 metadata for the whole bucket, pads token_type_ids with the inputs, and runs model forward plus pooling as one
-torch.compile'd graph per bucket. Padding never reaches an output: pooling weights are zero on padding columns
-and only the step's requests are read back.
+torch.compile'd graph per bucket (on the host, traced only under strict_shapes or a chosen compile backend;
+otherwise the same bucket-shaped function runs eagerly). Padding never reaches an output: pooling weights are
+zero on padding columns and only the step's requests are read back.
 """
 
 from __future__ import annotations
@@ -72,11 +73,13 @@ class BundledModelRunner(CPUModelRunner):
         self.heads = decompose(self.model.pooler, list(self.get_supported_pooling_tasks()))
         self.methods = sorted({head.method for head in self.heads.values()})
         self.takes_token_types = "token_type_ids" in _parameters(self.model.forward)
-        self.compile_backend = recording_backend(self.bundled)
-        self.cache_reused = (self.bundled.cache_dir() / MANIFEST).is_file()
-        allow_recompiles(len(self.bundled.buckets) + 8)
-        self._graph_breaks_at_start = graph_breaks()
-        self._graph = torch.compile(self._forward_and_pool, backend=self.compile_backend, dynamic=False)
+        self._graph = self._forward_and_pool
+        if self.bundled.traced:
+            self.compile_backend = recording_backend(self.bundled)
+            self.cache_reused = (self.bundled.cache_dir() / MANIFEST).is_file()
+            allow_recompiles(len(self.bundled.buckets) + 8)
+            self._graph_breaks_at_start = graph_breaks()
+            self._graph = torch.compile(self._forward_and_pool, backend=self.compile_backend, dynamic=False)
         logger.info("Bundled runner (%s): buckets %s, cache %s", self.bundled.target, self.bundled.buckets,
                     self.bundled.cache_dir())
 
@@ -146,7 +149,8 @@ class BundledModelRunner(CPUModelRunner):
         real = int(query_start[-1])
         input_ids[real:].zero_()  # stale ids from earlier steps would make padding depend on history
         weights = pooling_weights(self.methods, query_start, bucket, self.max_requests(bucket))
-        self.compile_backend.current_bucket = bucket
+        if self.compile_backend is not None:
+            self.compile_backend.current_bucket = bucket
         with strict_errors():
             hidden, self._pooled = self._graph(input_ids, positions, weights, model_kwargs.get("token_type_ids"))
         self.counters.record(bucket, real)
@@ -175,12 +179,13 @@ class BundledModelRunner(CPUModelRunner):
     # -- warmup and stats ----------------------------------------------------------------------------------
     def finish_warmup(self) -> None:
         """Everything compiled so far belongs to warmup: count serving steps from zero."""
-        self.compile_backend.warmed_up = True
         self.counters = StepCounters()
-        write_manifest(self.bundled.cache_dir(), list(self.bundled.buckets), self.compile_backend.graphs)
+        if self.compile_backend is not None:
+            self.compile_backend.warmed_up = True
+            write_manifest(self.bundled.cache_dir(), list(self.bundled.buckets), self.compile_backend.graphs)
 
     def stats(self) -> dict[str, Any]:
-        backend = self.compile_backend
+        graphs = self.compile_backend.graphs if self.compile_backend is not None else []
         c = self.counters
         return {
             "runner": "bundled",
@@ -191,12 +196,12 @@ class BundledModelRunner(CPUModelRunner):
             "steps_per_bucket": dict(sorted(c.steps_per_bucket.items())),
             "useful_tokens": c.useful_tokens,
             "computed_tokens": c.computed_tokens,
-            "compiles": len(backend.graphs),
-            "compiles_after_warmup": backend.compiles_after_warmup,
-            "graph_breaks": graph_breaks() - self._graph_breaks_at_start,
+            "traced": self.bundled.traced,
+            "compiles": len(graphs),
+            "compiles_after_warmup": sum(g.after_warmup for g in graphs),
+            "graph_breaks": graph_breaks() - self._graph_breaks_at_start if self.bundled.traced else 0,
             "graphs": [
-                {"bucket": g.bucket, "input_shapes": g.input_shapes, "after_warmup": g.after_warmup}
-                for g in backend.graphs
+                {"bucket": g.bucket, "input_shapes": g.input_shapes, "after_warmup": g.after_warmup} for g in graphs
             ],
             "pooling_in_graph": sorted(self.heads),
             "kv_cache_groups": {
