@@ -8,7 +8,7 @@ export TORCH_DEVICE_BACKEND_AUTOLOAD := 0
 INSTALL_INPUTS := scripts/install.sh scripts/vllm_requirements.py $(wildcard requirements/*.txt) pyproject.toml \
 	integrations/langchain/pyproject.toml $(wildcard integrations/llama_index/*/pyproject.toml)
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test bench bench-backend clean
 install: $(STAMP)
 
 $(STAMP): $(INSTALL_INPUTS)
@@ -22,7 +22,10 @@ test: install
 	$(PY) -m pytest
 
 bench: install
+	$(PY) bench/run.py
+
+bench-backend: install
 	$(PY) bench/backend.py
 
 clean:
-	rm -rf $(VENV) .demo-data bench/results
+	rm -rf $(VENV) .demo-data

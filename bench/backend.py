@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -26,48 +26,9 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-QWEN3_0_6B = dict(
-    hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8, head_dim=128,
-    intermediate_size=3072, vocab_size=151669, max_position_embeddings=32768, tie_word_embeddings=True,
-    rope_theta=1000000, rms_norm_eps=1e-6,
-)
-
-
-def corpus(n: int, seed: int = 0) -> list[str]:
-    import pydoc_data.topics
-
-    rng = random.Random(seed)
-    passages = []
-    for topic in sorted(pydoc_data.topics.topics):
-        paragraphs = [" ".join(p.split()) for p in pydoc_data.topics.topics[topic].split("\n\n")]
-        paragraphs = [p for p in paragraphs if len(p.split()) >= 3 and not set(p) <= set("*=-~ ")]
-        while paragraphs:
-            take = rng.randint(1, 6)
-            passages.append(" ".join(paragraphs[:take]))
-            paragraphs = paragraphs[take:]
-    rng.shuffle(passages)
-    if len(passages) < n:
-        raise SystemExit(f"The corpus has {len(passages)} passages, fewer than {n}.")
-    return passages[:n]
-
-
-def qwen3_shaped(root: Path) -> Path:
-    """A Qwen3-Embedding-0.6B-shaped checkpoint with random bf16 weights (built once, ~1.2 GB)."""
-    path = root / "qwen3-0.6b-shaped"
-    if (path / "model.safetensors").exists():
-        return path
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    from rbln_retrieval.testing import _save_tokenizer, _sentence_transformers_files
-
-    torch.manual_seed(0)
-    tokenizer = _save_tokenizer(path, drop_token_type_ids=True)
-    model = Qwen3ForCausalLM(Qwen3Config(pad_token_id=tokenizer.pad_token_id, **QWEN3_0_6B)).to(torch.bfloat16)
-    model.save_pretrained(str(path))
-    _sentence_transformers_files(path, "lasttoken", normalize=True, prompts={"query": "", "document": ""})
-    return path
+from models import corpus, qwen3_shaped  # noqa: E402
 
 
 def _install_step_counter(worker: Any) -> None:

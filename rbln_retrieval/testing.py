@@ -41,7 +41,15 @@ def _write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, indent=2), encoding="utf-8")
 
 
-def _sentence_transformers_files(path: Path, pooling: str, *, normalize: bool, prompts: dict[str, str] | None) -> None:
+def _sentence_transformers_files(
+    path: Path,
+    pooling: str,
+    *,
+    normalize: bool,
+    prompts: dict[str, str] | None,
+    hidden: int = HIDDEN,
+    max_length: int = MAX_POSITIONS,
+) -> None:
     modules = [
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
         {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
@@ -52,8 +60,8 @@ def _sentence_transformers_files(path: Path, pooling: str, *, normalize: bool, p
     _write_json(path / "modules.json", modules)
     flags = {"cls": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tokens", "lasttoken": "pooling_mode_lasttoken"}
     pooling_config = {flag: name == pooling for name, flag in flags.items()}
-    _write_json(path / "1_Pooling" / "config.json", {"word_embedding_dimension": HIDDEN, **pooling_config})
-    _write_json(path / "sentence_bert_config.json", {"max_seq_length": MAX_POSITIONS, "do_lower_case": False})
+    _write_json(path / "1_Pooling" / "config.json", {"word_embedding_dimension": hidden, **pooling_config})
+    _write_json(path / "sentence_bert_config.json", {"max_seq_length": max_length, "do_lower_case": False})
     _write_json(
         path / "config_sentence_transformers.json",
         {"prompts": prompts or {}, "default_prompt_name": None, "similarity_fn_name": "cosine"},

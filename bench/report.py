@@ -1,0 +1,115 @@
+"""results.json -> the markdown tables (README) and PNG plots."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+
+def _ratio(value: float, base: float | None) -> str:
+    return f"{value / base:.2f}x" if base else "-"
+
+
+def markdown(results: dict[str, Any], tag: str) -> str:
+    machine = results["machine"]
+    gemm = machine["gemm_gflops"]
+    lines = [
+        f"{machine['cpus']} CPUs, {machine['platform']}; torch GEMM rate measured in this run: "
+        f"fp32 {gemm['float32']:.0f} GFLOP/s, bf16 {gemm['bfloat16']:.0f} GFLOP/s. Medians of "
+        f"{results['settings']['repeats']} alternating repeats.",
+        "",
+    ]
+    st_best = f"sentence-transformers {tag}"
+    for key, model in results["models"].items():
+        corpus = model["corpus"]
+        if "ingest" in model:
+            lines += [
+                f"**Ingest: {model['label']}**, {corpus['passages']} passages, {corpus['tokens']} tokens "
+                f"(mean {corpus['mean_tokens']:.0f}, capped at {results['settings']['max_length']})",
+                "",
+                "| system | passages/s | tokens/s | x ST best | min cosine vs fp32 | FLOP/s / GEMM | steps / 1000 | useful / computed |",
+                "|---|---|---|---|---|---|---|---|",
+            ]
+            base = model["ingest"].get(st_best, {}).get("passages_per_s")
+            for name, row in model["ingest"].items():
+                steps = f"{row['steps_per_1000']:.1f}" if "steps_per_1000" in row else "-"
+                useful = f"{row['useful_over_computed']:.3f}" if "useful_over_computed" in row else "-"
+                ref = "" if row["reference_passages"] == corpus["passages"] else f" ({row['reference_passages']} passages)"
+                lines.append(
+                    f"| {name} | {row['passages_per_s']:.1f} | {row['tokens_per_s']:.0f} | "
+                    f"{_ratio(row['passages_per_s'], base)} | {row['min_cosine_vs_fp32']:.5f}{ref} | "
+                    f"{row['flops_fraction_of_gemm']:.2f} | {steps} | {useful} |"
+                )
+            lines.append("")
+        if "query" in model:
+            floor = model["query"]["bare forward (torch)"]["p50_ms"]
+            lines += [f"**Warm single query: {model['label']}**", "", "| system | p50 ms | p99 ms | p50 / bare forward |",
+                      "|---|---|---|---|"]
+            for name, row in model["query"].items():
+                lines.append(f"| {name} | {row['p50_ms']:.2f} | {row['p99_ms']:.2f} | {row['p50_ms'] / floor:.2f}x |")
+            lines.append("")
+        if "concurrency" in model:
+            c = model["concurrency"]
+            lines += [
+                f"**{c['callers']} concurrent async callers, {c['queries']} queries** ({model['label']}, "
+                f"{next(iter(model['query']))})", "",
+                "| mode | queries/s | p50 ms | p99 ms | p99 / p50 |", "|---|---|---|---|---|",
+                f"| one caller, sequential | {c['sequential_qps']:.0f} | {c['sequential']['p50_ms']:.2f} | "
+                f"{c['sequential']['p99_ms']:.2f} | {c['sequential']['p99_ms'] / c['sequential']['p50_ms']:.2f} |",
+                f"| {c['callers']} callers | {c['concurrent_qps']:.0f} ({c['speedup']:.2f}x) | "
+                f"{c['concurrent']['p50_ms']:.2f} | {c['concurrent']['p99_ms']:.2f} | "
+                f"{c['concurrent']['p99_ms'] / c['concurrent']['p50_ms']:.2f} |",
+                "",
+            ]
+        if "rerank" in model:
+            base = model["rerank"].get(st_best, {}).get("median_ms")
+            lines += [f"**Rerank 1 x {results['settings']['rerank_docs']}: {model['label']}**", "",
+                      "| system | median ms | x faster than ST best |", "|---|---|---|"]
+            for name, row in model["rerank"].items():
+                lines.append(f"| {name} | {row['median_ms']:.0f} | {_ratio(base, row['median_ms'])} |")
+            lines.append("")
+        if "cold_start_s" in model:
+            lines += [f"**Cold start to first vector: {model['label']}** (fresh process, warm page cache)", "",
+                      "| system | median s | runs |", "|---|---|---|"]
+            for name, runs in model["cold_start_s"].items():
+                lines.append(f"| {name} | {statistics.median(runs):.1f} | {', '.join(f'{r:.1f}' for r in runs)} |")
+            lines.append("")
+    return "\n".join(lines)
+
+
+def plots(results: dict[str, Any], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ingest = {m["label"]: m["ingest"] for m in results["models"].values() if "ingest" in m}
+    if ingest:
+        fig, axes = plt.subplots(1, len(ingest), figsize=(5 * len(ingest), 4.5), squeeze=False)
+        for ax, (label, rows) in zip(axes[0], ingest.items()):
+            names = list(rows)
+            ax.barh(names, [rows[n]["passages_per_s"] for n in names], color="tab:blue")
+            ax.set_title(label, fontsize=10)
+            ax.set_xlabel("passages/s (higher is better)")
+            ax.invert_yaxis()
+            ax.tick_params(axis="y", labelsize=8)
+        fig.tight_layout()
+        fig.savefig(out / "ingest.png", dpi=110)
+        plt.close(fig)
+    latency = [(m["label"], m["query"]) for m in results["models"].values() if "query" in m]
+    if latency:
+        label, rows = latency[0]
+        names = list(rows)
+        fig, ax = plt.subplots(figsize=(7, 3.5))
+        y = range(len(names))
+        ax.barh([i - 0.2 for i in y], [rows[n]["p50_ms"] for n in names], height=0.4, label="p50")
+        ax.barh([i + 0.2 for i in y], [rows[n]["p99_ms"] for n in names], height=0.4, label="p99")
+        ax.set_yticks(list(y), names, fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlabel("ms per single query (lower is better)")
+        ax.set_title(f"Warm single query: {label}", fontsize=10)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / "query_latency.png", dpi=110)
+        plt.close(fig)

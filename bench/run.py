@@ -1,0 +1,167 @@
+"""`make bench`: rbln-retrieval against sentence-transformers and vLLM's stock runner, in one run.
+
+    HF_HUB_OFFLINE=1 TORCH_DEVICE_BACKEND_AUTOLOAD=0 .venv/bin/python bench/run.py [--quick]
+
+Writes bench/results/results.json, results.md (the README's tables) and PNG plots. Systems run alternately
+within each workload and the medians of the repeats are reported, so load from elsewhere hits all of them.
+Workloads (see workloads.py): ingest, warm single-query latency against a bare torch forward, 1 x 100 rerank,
+64 concurrent async callers against one sequential caller, cold start to the first vector, and padding.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import models  # noqa: E402
+import report  # noqa: E402
+import workloads  # noqa: E402
+from systems import specs  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+QUERY = "How do I catch an exception and raise a different one?"
+
+
+def best_dtype() -> str:
+    from rbln_retrieval.engine_args import resolve_dtype
+
+    return resolve_dtype("auto", "cpu")
+
+
+def plan(tag: str) -> dict[str, dict[str, list[str]]]:
+    """Which systems run which workload, per model (names from systems.specs)."""
+    ours, stock, per_step = f"rbln-retrieval bundled {tag}", f"rbln-retrieval stock runner {tag}", f"one request/step padded {tag}"
+    st_best = f"sentence-transformers {tag}"
+    return {
+        "minilm": {
+            "ingest": [ours, "rbln-retrieval bundled fp32", stock, per_step, "sentence-transformers fp32", st_best],
+            "query": [ours, stock, st_best],
+            "cold": [ours, stock, st_best],
+        },
+        "bert-base": {"ingest": [ours, stock, "sentence-transformers fp32", st_best]},
+        "qwen3-0.6b": {"ingest": [ours, stock, st_best]},
+        "bert-base-ce": {"rerank": [ours, stock, "sentence-transformers fp32", st_best]},
+    }
+
+
+def build(names: list[str], table: dict, path: Path, cross_encoder: bool) -> dict:
+    systems = {}
+    for name in dict.fromkeys(names):
+        print(f"  starting {name}", flush=True)
+        systems[name] = table[name].build(path, cross_encoder)
+    return systems
+
+
+def run_model(key: str, work: dict[str, list[str]], args: argparse.Namespace, table: dict) -> dict:
+    model = models.MODELS[key]
+    path = model.path(args.model_dir)
+    big = key == "qwen3-0.6b"
+    texts = models.corpus(args.passages)
+    out: dict = {"label": model.label, "path": str(path)}
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    lengths = [min(len(ids), args.max_length) for ids in tokenizer(texts)["input_ids"]]
+    out["corpus"] = {"passages": len(texts), "tokens": sum(lengths), "mean_tokens": sum(lengths) / len(lengths)}
+    flops = models.flops_per_token(path, out["corpus"]["mean_tokens"])
+    if "ingest" in work:
+        print(f"{model.label}: ingest", flush=True)
+        systems = build(work["ingest"], table, path, False)
+        try:
+            rows, vectors = workloads.ingest(systems, texts, 1 if big else args.repeats, out["corpus"]["tokens"])
+        finally:
+            for s in systems.values():
+                s.close()
+        reference = vectors.get("sentence-transformers fp32")
+        ref_n = len(texts)
+        if reference is None:  # a large model's fp32 reference on a subset (fp32 of the whole corpus takes long)
+            ref_n = min(64, len(texts))
+            ref = table["sentence-transformers fp32"].build(path, False)
+            reference = ref.embed(texts[:ref_n])
+        for name, row in rows.items():
+            row["min_cosine_vs_fp32"] = workloads.min_cosine(vectors[name][:ref_n], reference)
+            row["reference_passages"] = ref_n
+            gemm = args.gemm["bfloat16" if table[name].dtype == "bfloat16" else "float32"]
+            row["flops_fraction_of_gemm"] = row["tokens_per_s"] * flops / gemm
+        out["ingest"] = rows
+    if "query" in work:
+        print(f"{model.label}: query latency and concurrency", flush=True)
+        queries = models.queries(args.queries)
+        systems = build(work["query"], table, path, False)
+        try:
+            out["query"] = workloads.query_latency(systems, queries[:100])
+            out["query"]["bare forward (torch)"] = workloads.bare_forward(path, table[work["query"][0]].dtype, queries[:100])
+            out["concurrency"] = workloads.concurrency(systems[work["query"][0]], queries, args.callers)
+        finally:
+            for s in systems.values():
+                s.close()
+    if "rerank" in work:
+        print(f"{model.label}: rerank 1 x {args.rerank_docs}", flush=True)
+        systems = build(work["rerank"], table, path, True)
+        try:
+            out["rerank"] = workloads.rerank(systems, QUERY, texts[: args.rerank_docs], args.repeats)
+        finally:
+            for s in systems.values():
+                s.close()
+    if "cold" in work:
+        print(f"{model.label}: cold start", flush=True)
+        out["cold_start_s"] = {}
+        for _ in range(args.cold_repeats):
+            for name in work["cold"]:
+                seconds = workloads.cold_start(table[name], path)
+                out["cold_start_s"].setdefault(name, []).append(round(seconds, 2))
+                print(f"  cold start {name}: {seconds:.1f} s", flush=True)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(models.MODELS))
+    parser.add_argument("--passages", type=int, default=520)
+    parser.add_argument("--max-length", type=int, default=256, help="the corpus's token count is capped here")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--queries", type=int, default=1000)
+    parser.add_argument("--callers", type=int, default=64)
+    parser.add_argument("--rerank-docs", type=int, default=100)
+    parser.add_argument("--cold-repeats", type=int, default=2)
+    parser.add_argument("--model-dir", type=Path, default=Path("/tmp/rbln-bench-models"))
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--quick", action="store_true", help="MiniLM only, fewer repeats: a smoke run")
+    args = parser.parse_args()
+    if args.quick:
+        args.models, args.repeats, args.cold_repeats, args.queries = "minilm", 1, 1, 200
+    dtype = best_dtype()
+    tag = "bf16" if dtype == "bfloat16" else "fp32"
+    table = specs(dtype)
+    args.gemm = {d: workloads.gemm_rate(d) for d in ("float32", "bfloat16")}
+    started = time.time()
+    results = {
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "best_dtype": dtype,
+                    "gemm_gflops": {d: r / 1e9 for d, r in args.gemm.items()}},
+        "settings": {k: v for k, v in vars(args).items() if k not in ("gemm", "model_dir", "out")},
+        "models": {},
+    }
+    todo = plan(tag)
+    for key in args.models.split(","):
+        results["models"][key] = run_model(key, todo[key], args, table)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    results["wall_seconds"] = time.time() - started
+    (args.out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    markdown = report.markdown(results, tag)
+    (args.out / "results.md").write_text(markdown)
+    report.plots(results, args.out)
+    print(markdown)
+
+
+if __name__ == "__main__":
+    main()

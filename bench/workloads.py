@@ -1,0 +1,205 @@
+"""The workloads: each takes built systems, runs them alternately (load from elsewhere hits all alike) and
+returns plain numbers. Medians of the repeats are what the report quotes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from systems import RBLNSystem, Spec, System
+
+
+def _percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q))
+
+
+def ingest(systems: dict[str, System], texts: list[str], repeats: int, tokens: int) -> dict[str, dict[str, Any]]:
+    """Embed the whole corpus ``repeats`` times per system, alternating systems between repeats."""
+    seconds: dict[str, list[float]] = {name: [] for name in systems}
+    vectors: dict[str, np.ndarray] = {}
+    counts: dict[str, dict[str, int]] = {}
+    for name, system in systems.items():
+        system.embed(texts[:8])  # first-call costs (tokenizer, oneDNN primitives) are not ingest
+    for _ in range(repeats):
+        for name, system in systems.items():
+            before = system.counters()
+            tic = time.perf_counter()
+            vectors[name] = system.embed(texts)
+            seconds[name].append(time.perf_counter() - tic)
+            after = system.counters()
+            if before is not None and after is not None:
+                counts[name] = {k: after[k] - before[k] for k in after}
+            print(f"  ingest {name}: {len(texts) / seconds[name][-1]:.1f} passages/s", flush=True)
+    results = {}
+    for name in systems:
+        median = statistics.median(seconds[name])
+        row = {
+            "passages_per_s": len(texts) / median,
+            "tokens_per_s": tokens / median,
+            "runs_passages_per_s": [round(len(texts) / s, 2) for s in seconds[name]],
+        }
+        if name in counts:
+            c = counts[name]
+            row["steps_per_1000"] = c["steps"] * 1000 / len(texts)
+            row["useful_over_computed"] = c["useful_tokens"] / c["computed_tokens"]
+        results[name] = row
+    return results, vectors
+
+
+def min_cosine(vectors: np.ndarray, reference: np.ndarray) -> float:
+    a = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    b = reference / np.linalg.norm(reference, axis=1, keepdims=True)
+    return float((a * b).sum(axis=1).min())
+
+
+def query_latency(systems: dict[str, System], queries: list[str], rounds: int = 2) -> dict[str, dict[str, float]]:
+    """Warm single-query latency: each query embedded alone, systems alternating every ``len(queries)`` calls."""
+    samples: dict[str, list[float]] = {name: [] for name in systems}
+    for name, system in systems.items():
+        for q in queries[:5]:
+            system.embed_query(q)
+    for _ in range(rounds):
+        for name, system in systems.items():
+            for q in queries:
+                tic = time.perf_counter()
+                system.embed_query(q)
+                samples[name].append(time.perf_counter() - tic)
+    return {name: _latency_row(s) for name, s in samples.items()}
+
+
+def _latency_row(seconds: list[float]) -> dict[str, float]:
+    ms = [s * 1000 for s in seconds]
+    return {"p50_ms": statistics.median(ms), "p99_ms": _percentile(ms, 99), "calls": len(ms)}
+
+
+def bare_forward(path: Path, dtype: str, queries: list[str], rounds: int = 2) -> dict[str, float]:
+    """The floor for one query: tokenize, one transformers forward, mean pooling and normalization, in torch."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    model = AutoModel.from_pretrained(str(path), dtype=getattr(torch, dtype)).eval()
+    samples = []
+    with torch.inference_mode():
+        for i in range(rounds * len(queries) + 5):
+            tic = time.perf_counter()
+            batch = tokenizer([queries[i % len(queries)]], return_tensors="pt", truncation=True, max_length=256)
+            hidden = model(**batch).last_hidden_state.float()
+            mask = batch["attention_mask"].unsqueeze(-1).float()
+            pooled = (hidden * mask).sum(1) / mask.sum(1)
+            torch.nn.functional.normalize(pooled, dim=-1)
+            if i >= 5:
+                samples.append(time.perf_counter() - tic)
+    return _latency_row(samples)
+
+
+def rerank(systems: dict[str, System], query: str, documents: list[str], repeats: int) -> dict[str, dict[str, Any]]:
+    """One query against ``documents``, scored; latency per call, systems alternating."""
+    seconds: dict[str, list[float]] = {name: [] for name in systems}
+    scores: dict[str, list[float]] = {}
+    for system in systems.values():
+        system.score(query, documents[:4])
+    for _ in range(repeats):
+        for name, system in systems.items():
+            tic = time.perf_counter()
+            scores[name] = system.score(query, documents)
+            seconds[name].append(time.perf_counter() - tic)
+            print(f"  rerank {name}: {seconds[name][-1] * 1000:.0f} ms", flush=True)
+    return {
+        name: {"median_ms": statistics.median(s) * 1000, "runs_ms": [round(x * 1000, 1) for x in s],
+               "scores": scores[name]}
+        for name, s in seconds.items()
+    }
+
+
+def concurrency(system: RBLNSystem, queries: list[str], callers: int) -> dict[str, Any]:
+    """``len(queries)`` single-query calls: one caller in sequence, then ``callers`` async callers at once."""
+    tic = time.perf_counter()
+    sequential = []
+    for q in queries:
+        t = time.perf_counter()
+        system.embed_query(q)
+        sequential.append(time.perf_counter() - t)
+    sequential_seconds = time.perf_counter() - tic
+
+    async def run() -> tuple[float, list[float]]:
+        pending = list(queries)
+        latencies: list[float] = []
+
+        async def caller() -> None:
+            while pending:
+                q = pending.pop()
+                t = time.perf_counter()
+                await system.aembed_query(q)
+                latencies.append(time.perf_counter() - t)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(caller() for _ in range(callers)))
+        return time.perf_counter() - start, latencies
+
+    concurrent_seconds, latencies = asyncio.run(run())
+    return {
+        "queries": len(queries),
+        "callers": callers,
+        "sequential_qps": len(queries) / sequential_seconds,
+        "sequential": _latency_row(sequential),
+        "concurrent_qps": len(queries) / concurrent_seconds,
+        "concurrent": _latency_row(latencies),
+        "speedup": sequential_seconds / concurrent_seconds,
+    }
+
+
+COLD = """
+import sys, json
+spec = json.loads(sys.argv[1])
+if spec["kind"] == "rbln":
+    from rbln_retrieval import PoolingEngine
+    engine = PoolingEngine(sys.argv[2], device="cpu", dtype=spec["dtype"], **spec["options"])
+    vector = engine.embed(["What is a first vector?"])[0]
+else:
+    import torch
+    from sentence_transformers import SentenceTransformer
+    model = SentenceTransformer(sys.argv[2], device="cpu", model_kwargs={"torch_dtype": getattr(torch, spec["dtype"])})
+    vector = model.encode(["What is a first vector?"])[0]
+print("FIRST-VECTOR", len(vector), flush=True)
+"""
+
+
+def cold_start(spec: Spec, path: Path) -> float:
+    """Seconds from starting a fresh Python process to its first vector (imports, engine start and warmup)."""
+    payload = json.dumps({"kind": spec.kind, "dtype": spec.dtype, "options": spec.options})
+    tic = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-c", COLD, payload, str(path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, env=os.environ.copy())
+    for line in proc.stdout:
+        if line.startswith("FIRST-VECTOR"):
+            seconds = time.perf_counter() - tic
+            break
+    else:
+        proc.wait()
+        raise RuntimeError(f"{spec.name}: the cold-start process exited ({proc.returncode}) without a vector.")
+    proc.wait(timeout=120)
+    return seconds
+
+
+def gemm_rate(dtype: str, n: int = 1024, repeats: int = 20) -> float:
+    """This machine's torch GEMM rate in FLOP/s: [512 x n] @ [n x 4n], all intra-op threads."""
+    import torch
+
+    a = torch.randn(512, n, dtype=getattr(torch, dtype))
+    b = torch.randn(n, 4 * n, dtype=getattr(torch, dtype))
+    for _ in range(3):
+        a @ b
+    tic = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    return 2 * 512 * n * 4 * n * repeats / (time.perf_counter() - tic)
