@@ -19,6 +19,11 @@ from rbln_retrieval.families import (
 )
 
 
+# Truncation keeps at most max_length tokens: only a window of this many characters per kept token is tokenized,
+# not the whole text (a 1 MB text would hold about 200 MiB of tokenizer state).
+CHARS_PER_TOKEN = 32
+
+
 @dataclass(frozen=True)
 class Tokens:
     ids: list[int]
@@ -42,17 +47,38 @@ class PromptTokenizer:
 
     # -- single texts (embeddings) ---------------------------------------------------------------------------
     def encode_texts(self, texts: list[str], prefix: str, *, first_index: int = 0) -> list[Tokens]:
-        prompted = [prefix + text for text in texts]
-        if self.truncate == "end":
-            ids = self.hf(prompted, truncation=True, max_length=self.max_length)["input_ids"]
-            return [Tokens(i) for i in ids]
-        ids = self.hf(prompted, truncation=False)["input_ids"]
-        for pos, row in enumerate(ids):
-            if len(row) > self.max_length:
-                if self.truncate == "error":
+        if self.truncate == "error":
+            ids = self.hf([prefix + text for text in texts], truncation=False)["input_ids"]
+            for pos, row in enumerate(ids):
+                if len(row) > self.max_length:
                     self._raise_too_long(first_index + pos, len(row))
-                ids[pos] = self._keep_end(prefix, texts[pos])
+            return [Tokens(i) for i in ids]
+        windows = [self._window(text) for text in texts]
+        if self.truncate == "end":
+            ids = self.hf([prefix + w for w in windows], truncation=True, max_length=self.max_length)["input_ids"]
+        else:
+            ids = self.hf([prefix + w for w in windows], truncation=False)["input_ids"]
+        for pos, row in enumerate(ids):
+            if len(row) < self.max_length and windows[pos] is not texts[pos]:
+                # The window held fewer tokens than fit (over CHARS_PER_TOKEN characters each): use the whole text.
+                windows[pos] = texts[pos]
+                row = ids[pos] = self.hf(prefix + texts[pos], truncation=self.truncate == "end",
+                                         max_length=self.max_length)["input_ids"]
+            if len(row) > self.max_length:  # truncate="start"
+                ids[pos] = self._keep_end(prefix, windows[pos])
         return [Tokens(i) for i in ids]
+
+    def _window(self, text: str) -> str:
+        """The part of ``text`` that truncation can keep: its start ("end") or its end ("start"), cut at a space
+        so no word is split, or ``text`` itself when it is short or has no space to cut at."""
+        limit = self.max_length * CHARS_PER_TOKEN
+        if len(text) <= limit:
+            return text
+        if self.truncate == "end":
+            cut = text.rfind(" ", 0, limit)
+            return text[:cut] if cut > 0 else text
+        cut = text.find(" ", len(text) - limit)
+        return text[cut:] if cut > 0 else text
 
     def _keep_end(self, prefix: str, text: str) -> list[int]:
         """Keep the prompt and as much of the end of ``text`` as fits."""

@@ -160,3 +160,18 @@ def test_truncate_end_keeps_the_start_and_start_keeps_the_end_and_the_prompt(min
     assert decode(head[:4]).startswith("[CLS] w0 ")
     assert decode(tail[:4]).startswith("[CLS] query :")
     assert decode(tail).endswith("w1999 [SEP]")
+
+
+@pytest.mark.parametrize("truncate", ["end", "start"])
+def test_long_texts_tokenize_as_if_whole(minilm, truncate):
+    """Only a window of a long text is tokenized; the kept tokens equal those of tokenizing it whole, including
+    texts whose window holds too few tokens (one huge word, no spaces to cut at)."""
+    from rbln_retrieval.families import detect_family
+    from rbln_retrieval.tokens import PromptTokenizer
+
+    tokenizer = PromptTokenizer(minilm, detect_family(str(minilm)), truncate)
+    texts = ["short", "word " * 3000, "x" * 20000, "日本語のテキストです" * 2000, "a " * 5000 + "b" * 9000]
+    whole = tokenizer.hf(["query: " + t for t in texts], truncation=truncate == "end", max_length=256)["input_ids"]
+    if truncate == "start":
+        whole = [ids if len(ids) <= 256 else tokenizer._keep_end("query: ", t) for ids, t in zip(whole, texts)]
+    assert [t.ids for t in tokenizer.encode_texts(texts, "query: ")] == whole

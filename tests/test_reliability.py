@@ -69,7 +69,8 @@ def test_a_megabyte_text_is_truncated_at_the_end_with_bounded_memory(minilm_engi
     # truncate="end" keeps the first 256 tokens: the same vector as the first few kilobytes of the text.
     np.testing.assert_allclose(vectors[1], minilm_engine.embed([megabyte_text[:4000]])[0], atol=1e-5)
     np.testing.assert_allclose(vectors[0], vectors[2], atol=1e-6)
-    assert rss.growth < 400 * 2**20, f"embedding one 1 MB text grew RSS by {rss.growth / 2**20:.0f} MiB"
+    # Only a window of the text is tokenized (tokens.CHARS_PER_TOKEN): measured 1.6 MiB, against ~200 MiB whole.
+    assert rss.growth < 32 * 2**20, f"embedding one 1 MB text grew RSS by {rss.growth / 2**20:.0f} MiB"
 
 
 def test_a_megabyte_text_under_truncate_start_and_error(minilm, minilm_engine, megabyte_text):
