@@ -32,6 +32,20 @@ def register() -> str | None:
     return PLATFORM
 
 
+def claim_platform() -> bool:
+    """Resolve vLLM's platform for this process with the plugin on, so that engines running inside this process
+    can use the bundled runner; ``BundledPlatform`` is exactly vLLM's CPU platform for engines without bundled
+    settings. False when vLLM chose another platform in this process first (it resolves once per process, on the
+    first import of almost anything from vLLM)."""
+    with activated("host"):
+        from vllm import platforms
+
+        platform = platforms.current_platform
+    from rbln_retrieval.backend.platform import BundledPlatform
+
+    return isinstance(platform, BundledPlatform)
+
+
 @contextmanager
 def activated(target: str | None, env: dict[str, str] | None = None) -> Iterator[None]:
     """Environment for vLLM processes started inside the block: the plugin on ``target``, or off for None,
