@@ -112,12 +112,12 @@ class PoolingEngine:
         # The bundled plugin runs on the host on CPU engines and on the NPU on device="rbln"; vLLM's processes
         # started inside `activated` inherit the choice, and a stock engine's processes get the plugin off.
         target = ("rbln" if self.device == "rbln" else "host") if self.options.runner == "bundled" else None
-        # Before anything below imports vLLM: an in-process engine uses this process's platform.
+        # An in-process engine uses this process's vLLM platform: the bundled one, if vLLM's CPU platform is active.
         in_process = self.options.in_process
-        if not backend.claim_platform() and in_process and target is not None:
+        if in_process and not backend.claim_platform() and target is not None:
             logger.warning(
-                "vLLM chose its platform in this process before rbln_retrieval started an engine; the bundled "
-                "runner for %s runs in vLLM's engine processes instead (in_process=False).", self.model
+                "vLLM runs on another vendor's platform in this process; the bundled runner for %s runs in "
+                "vLLM's engine processes instead (in_process=False).", self.model
             )
             in_process = False
         from vllm import AsyncEngineArgs, envs

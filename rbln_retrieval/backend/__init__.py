@@ -33,16 +33,23 @@ def register() -> str | None:
 
 
 def claim_platform() -> bool:
-    """Resolve vLLM's platform for this process with the plugin on, so that engines running inside this process
-    can use the bundled runner; ``BundledPlatform`` is exactly vLLM's CPU platform for engines without bundled
-    settings. False when vLLM chose another platform in this process first (it resolves once per process, on the
-    first import of almost anything from vLLM)."""
+    """Make vLLM's platform in this process the bundled one, so that engines running inside this process can use
+    the bundled runner; False when another vendor's platform is active.
+
+    vLLM resolves its platform once per process, on the first import of almost anything from vLLM, and its modules
+    keep that object. If it already chose vLLM's CPU platform, the object becomes a ``BundledPlatform`` in place:
+    the subclass holds no state and is exactly the CPU platform for engines without bundled settings.
+    """
     with activated("host"):
         from vllm import platforms
 
         platform = platforms.current_platform
+    from vllm.platforms.cpu import CpuPlatform
+
     from rbln_retrieval.backend.platform import BundledPlatform
 
+    if type(platform) is CpuPlatform:
+        platform.__class__ = BundledPlatform
     return isinstance(platform, BundledPlatform)
 
 
