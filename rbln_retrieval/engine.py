@@ -1,4 +1,5 @@
-"""PoolingEngine: embeddings, relevance scores and reranking on vLLM's V1 async pooling engine."""
+"""PoolingEngine: embeddings, relevance scores and reranking on vLLM's V1 pooling engine, run inside this process
+(rbln_retrieval.inproc) or as vLLM's AsyncLLM with its engine processes."""
 
 from __future__ import annotations
 

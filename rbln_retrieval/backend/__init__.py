@@ -2,7 +2,8 @@
 
 vLLM resolves its platform afresh in every process, so activation travels in an environment variable that the
 engine sets while it starts vLLM (child processes inherit it); merely installing the package activates nothing,
-so the plugin coexists with vLLM's CPU platform and with another vendor's plugin.
+so the plugin coexists with vLLM's CPU platform and with another vendor's plugin. An engine that runs vLLM inside
+the calling process claims that process's platform instead (``claim_platform``).
 """
 
 from __future__ import annotations
