@@ -8,6 +8,9 @@ in-process client and the uni executor instead, behind the part of AsyncLLM's in
 steps, and every step runs on one dedicated thread, so the loop keeps accepting callers while a step computes
 and vLLM's scheduler batches whatever arrived meanwhile into the next step. That thread also built the engine:
 vLLM's CPU worker binds the OpenMP threads of the thread that initialises it to the cores.
+
+vLLM keeps the current engine config and the forward context (attention metadata) in module globals, so the
+in-process engines of one process take turns: one builds, steps or answers an RPC at a time.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from concurrent.futures import Future
 from typing import Any
 
 logger = logging.getLogger(__name__)
+
+# Held by a step thread around each call into its engine (see the module docstring).
+_TURN = threading.Lock()
 
 
 class InprocEngine:
@@ -47,6 +53,11 @@ class InprocEngine:
         abandoned = threading.Event()
 
         def build() -> Any:
+            from vllm.v1.attention.selector import _cached_get_attn_backend
+
+            # vLLM caches the attention backend per head shape for the whole process, but the bundled platform's
+            # choice also depends on the engine (bundled or stock): choose afresh for this one.
+            _cached_get_attn_backend.cache_clear()
             engine = LLMEngine.from_engine_args(engine_args)
             if abandoned.is_set():  # the caller gave up (Ctrl-C) while the engine loaded
                 engine.engine_core.shutdown()
@@ -178,9 +189,12 @@ class StepThread:
             future, fn, args = call
             if future.set_running_or_notify_cancel():
                 try:
-                    future.set_result(fn(*args))
+                    with _TURN:
+                        result = fn(*args)
                 except BaseException as exc:  # handed to the waiting caller
                     future.set_exception(exc)
+                else:
+                    future.set_result(result)
 
 
 def _dead() -> Exception:

@@ -1,5 +1,6 @@
 """The in-process engine (the default): vLLM runs inside this process on the bundled platform and attention, even
-when vLLM was imported first; its driver sleeps while idle; close() ends its step thread."""
+when vLLM was imported first; two engines of one process computing at once stay correct; the driver sleeps while
+idle; close() ends the step thread."""
 
 from __future__ import annotations
 
@@ -78,3 +79,29 @@ def test_close_ends_the_step_thread_and_frees_the_engine(tiny_models):
         time.sleep(0.05)
     assert len(step_threads()) == before
     assert engine._vllm is None
+
+
+def test_two_in_process_engines_computing_at_once_give_their_own_results(minilm_engine, tiny_models):
+    texts = mixed_length(48)
+    with PoolingEngine(tiny_models["roberta-mean"], device="cpu", dtype="float32") as other:
+        expected = {"minilm": minilm_engine.embed(texts), "other": other.embed(texts)}
+        results: dict[str, list[np.ndarray | BaseException]] = {"minilm": [], "other": []}
+
+        def hammer(name: str, engine: PoolingEngine) -> None:
+            for _ in range(4):
+                try:
+                    results[name].append(engine.embed(texts))
+                except BaseException as exc:  # checked below
+                    results[name].append(exc)
+
+        threads = [threading.Thread(target=hammer, args=item, daemon=True)
+                   for item in (("minilm", minilm_engine), ("other", other))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=300)
+    for name, got in results.items():
+        assert len(got) == 4, name
+        for vectors in got:
+            assert isinstance(vectors, np.ndarray), f"{name}: {vectors!r}"
+            np.testing.assert_allclose(vectors, expected[name], atol=1e-5)
