@@ -6,8 +6,8 @@ in-process client and the uni executor instead, behind the part of AsyncLLM's in
 
 ``LLMEngine`` is not thread-safe. Every scheduler mutation (add, abort) happens on the engine loop between
 steps, and every step runs on one dedicated thread, so the loop keeps accepting callers while a step computes
-and vLLM's scheduler batches whatever arrived meanwhile into the next step. That thread also built the engine:
-vLLM's CPU worker binds the OpenMP threads of the thread that initialises it to the cores.
+and vLLM's scheduler batches whatever arrived meanwhile into the next step. The same thread builds the engine, so
+the OpenMP thread team torch creates for it during the bucket warmup serves every step.
 
 vLLM keeps the current engine config and the forward context (attention metadata) in module globals, so the
 in-process engines of one process take turns: one builds, steps or answers an RPC at a time.
@@ -114,22 +114,21 @@ class InprocEngine:
 
     # -- the driver ------------------------------------------------------------------------------------------------
     async def _drive(self) -> None:
-        while True:
-            self._apply_mutations()
-            if not self._engine.has_unfinished_requests():
-                self._wake.clear()
-                await self._wake.wait()  # idle: no step until a caller submits
-                continue
-            try:
-                outputs = await self._stepper.run(self._engine.step)
-            except Exception as exc:  # the engine's state is unknown now: it is dead and restarts on the next call
-                logger.error("A step of the in-process vLLM engine failed: %r", exc)
-                self._failure = exc
-                self._fail_waiting(exc)
-                return
-            for output in outputs:
-                if output.finished and (result := self._results.pop(output.request_id, None)) and not result.done():
-                    result.set_result(output)
+        try:
+            while True:
+                self._apply_mutations()
+                if not self._engine.has_unfinished_requests():
+                    self._wake.clear()
+                    await self._wake.wait()  # idle: no step until a caller submits
+                    continue
+                for output in await self._stepper.run(self._engine.step):
+                    result = self._results.pop(output.request_id, None) if output.finished else None
+                    if result is not None and not result.done():
+                        result.set_result(output)
+        except Exception as exc:  # the engine's state is unknown now: it is dead and restarts on the next call
+            logger.error("The in-process vLLM engine failed: %r", exc)
+            self._failure = exc
+            self._fail_waiting(exc)
 
     def _apply_mutations(self) -> None:
         """Hand aborts and new requests to vLLM; runs on the loop between steps."""
