@@ -1,5 +1,6 @@
-"""One shared engine under 64 asyncio tasks and 4 threads at once: every result equals the sequential result for
-the same input, nothing deadlocks, and the whole run finishes within a generous bound."""
+"""One shared engine under 64 asyncio tasks and 4 threads at once, with vLLM inside this process and in its own
+engine processes: every result equals the sequential result for the same input, nothing deadlocks, the whole run
+finishes within a generous bound, and vLLM's scheduler batches the concurrent callers."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 from corpus import mixed_length
+
+from rbln_retrieval import PoolingEngine
 
 TASKS, THREADS, CALLS = 64, 4, 1_000
 THREAD_CALLS = 200  # of CALLS; the asyncio tasks issue the rest
@@ -48,9 +51,16 @@ def assert_same(result: Any, expected: Any, call: tuple[str, Any]) -> None:
         assert result == pytest.approx(expected, abs=1e-5)
 
 
-async def test_tasks_and_threads_share_one_engine_and_get_the_sequential_results(minilm_engine):
+@pytest.fixture(scope="module", params=["in-process", "engine-processes"])
+def engine(request, minilm, minilm_engine) -> PoolingEngine:
+    if request.param == "in-process":
+        return minilm_engine
+    return PoolingEngine.shared(minilm, device="cpu", dtype="float32", in_process=False)
+
+
+async def test_tasks_and_threads_share_one_engine_and_get_the_sequential_results(engine):
     plan = call_plan()
-    expected = [run_sync(minilm_engine, call) for call in plan]
+    expected = [run_sync(engine, call) for call in plan]
     # Call k runs plan[k % 40]: the threads take the first THREAD_CALLS, the tasks the rest, interleaved.
     thread_calls = [list(range(t, THREAD_CALLS, THREADS)) for t in range(THREADS)]
     task_calls = [list(range(THREAD_CALLS + t, CALLS, TASKS)) for t in range(TASKS)]
@@ -60,14 +70,14 @@ async def test_tasks_and_threads_share_one_engine_and_get_the_sequential_results
     def thread_worker(ks: list[int]) -> None:
         try:
             for k in ks:
-                assert_same(run_sync(minilm_engine, plan[k % 40]), expected[k % 40], plan[k % 40])
+                assert_same(run_sync(engine, plan[k % 40]), expected[k % 40], plan[k % 40])
                 done.append(k)
         except BaseException as exc:  # reported by the main test below
             failures.append(exc)
 
     async def task_worker(ks: list[int]) -> None:
         for k in ks:
-            assert_same(await run_async(minilm_engine, plan[k % 40]), expected[k % 40], plan[k % 40])
+            assert_same(await run_async(engine, plan[k % 40]), expected[k % 40], plan[k % 40])
             done.append(k)
 
     threads = [threading.Thread(target=thread_worker, args=(ks,), daemon=True) for ks in thread_calls]
@@ -79,3 +89,16 @@ async def test_tasks_and_threads_share_one_engine_and_get_the_sequential_results
         assert not thread.is_alive(), "a sync caller is still blocked: deadlock or lost request"
     assert not failures, failures[0]
     assert sorted(done) == list(range(CALLS))
+
+
+async def test_concurrent_async_callers_are_batched_into_shared_steps(engine):
+    texts = mixed_length(TASKS)
+    expected = engine.embed(texts, kind="query")
+    before = engine.stats()["steps"]
+    results = await asyncio.gather(*(engine.aembed([text], kind="query") for text in texts))
+    steps = engine.stats()["steps"] - before
+    for row, result in zip(expected, results):
+        np.testing.assert_allclose(result[0], row, atol=1e-5)
+    # One step per caller would mean no batching; the scheduler packs callers that arrive while a step computes.
+    print(f"\n{TASKS} concurrent callers: {steps} steps")
+    assert steps < TASKS // 2, f"{TASKS} concurrent callers took {steps} steps"

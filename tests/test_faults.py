@@ -1,5 +1,6 @@
-"""Faults: the engine process killed mid-ingest, engines that cannot start, cancelled and interrupted calls, and
-remote servers that refuse, stall, fail or answer garbage. Each ends in one clear error or a usable engine."""
+"""Faults: the engine process killed mid-ingest, an in-process step that fails, engines that cannot start, cancelled
+and interrupted calls (in-process and with vLLM's engine processes), and remote servers that refuse, stall, fail or
+answer garbage. Each ends in one clear error or a usable engine."""
 
 from __future__ import annotations
 
@@ -21,6 +22,15 @@ from rbln_retrieval import EngineDeadError, EngineStartError, ModelNotSupportedE
 from rbln_retrieval.remote import RemoteEngine, RemoteError
 
 INGEST = [f"passage {i}: " + "words to keep the engine busy " * 20 for i in range(20_000)]
+DEAD = "died while serving this call; the next call starts a new one."
+
+
+@pytest.fixture(scope="module", params=["in-process", "engine-processes"])
+def any_engine(request, minilm, minilm_engine) -> PoolingEngine:
+    """The shared MiniLM engine in each mode: vLLM inside this process, or in its own engine processes."""
+    if request.param == "in-process":
+        return minilm_engine
+    return PoolingEngine.shared(minilm, device="cpu", dtype="float32", in_process=False)
 
 
 def engine_processes() -> list[psutil.Process]:
@@ -66,7 +76,7 @@ def test_killed_engine_process_fails_the_call_fast_and_the_next_call_restarts(mi
     texts = mixed_length(40)
     expected = minilm_engine.embed(texts)
     before = [p for p in engine_processes()]
-    engine = PoolingEngine(minilm, device="cpu", dtype="float32")
+    engine = PoolingEngine(minilm, device="cpu", dtype="float32", in_process=False)  # a process to kill
     try:
         (core,) = [p for p in engine_processes() if p not in before and p.name() == "VLLM::EngineCore"]
         outcome: dict[str, object] = {}
@@ -86,7 +96,7 @@ def test_killed_engine_process_fails_the_call_fast_and_the_next_call_restarts(mi
         assert not worker.is_alive(), "the in-flight call hung after the engine process died"
         error = outcome.get("error")
         assert isinstance(error, EngineDeadError), f"expected EngineDeadError, got {error!r}"
-        assert str(error).endswith("died while serving this call; the next call starts a new one.")
+        assert str(error).endswith(DEAD)
         print(f"\nengine killed: the call failed after {outcome['at'] - killed_at:.2f} s")
         assert outcome["at"] - killed_at < 10
 
@@ -96,6 +106,43 @@ def test_killed_engine_process_fails_the_call_fast_and_the_next_call_restarts(mi
     finally:
         engine.close()
     assert_no_new_engine_processes(before)
+
+
+def test_failed_in_process_step_fails_every_pending_call_and_the_next_call_restarts(minilm_engine, monkeypatch):
+    texts = mixed_length(40)
+    expected = minilm_engine.embed(texts)
+    dead = minilm_engine._vllm
+    runner = dead._engine.model_executor.driver_worker.worker.model_runner
+    outcomes: list[BaseException | np.ndarray] = []
+
+    def ingest(part: list[str]) -> None:
+        try:
+            outcomes.append(minilm_engine.embed(part))
+        except BaseException as exc:
+            outcomes.append(exc)
+
+    callers = [threading.Thread(target=ingest, args=(INGEST[k * 500 : (k + 1) * 500],), daemon=True) for k in range(3)]
+    for caller in callers:
+        caller.start()
+    wait_until(lambda: unfinished(minilm_engine) > 1000, 120, "three ingests are in flight")
+
+    def broken_step(*args, **kwargs):
+        raise RuntimeError("injected fault in the model runner")
+
+    monkeypatch.setattr(runner, "execute_model", broken_step)
+    for caller in callers:
+        caller.join(timeout=60)
+        assert not caller.is_alive(), "a pending call hung after its step failed"
+    assert len(outcomes) == 3
+    for outcome in outcomes:
+        assert isinstance(outcome, EngineDeadError), f"expected EngineDeadError, got {outcome!r}"
+        assert str(outcome).endswith(DEAD)
+        assert "injected fault" in str(outcome.__cause__.__cause__)
+    assert dead.errored
+
+    np.testing.assert_allclose(minilm_engine.embed(texts), expected, atol=1e-5)
+    assert minilm_engine._vllm is not dead and not minilm_engine._vllm.errored
+    assert minilm_engine.stats()["steps"] >= 1
 
 
 # -- the engine cannot start ---------------------------------------------------------------------------------------
@@ -120,31 +167,31 @@ def test_unsupported_architecture_is_refused_before_any_process_starts(tmp_path)
 
 
 # -- the caller gives up -------------------------------------------------------------------------------------------
-async def test_cancelled_async_call_aborts_its_requests(minilm_engine):
-    expected = minilm_engine.embed(INGEST[:8])
-    call = asyncio.create_task(minilm_engine.aembed(INGEST))
-    await asyncio.to_thread(wait_until, lambda: unfinished(minilm_engine) > 100, 120, "the ingest is in flight")
+async def test_cancelled_async_call_aborts_its_requests(any_engine):
+    expected = any_engine.embed(INGEST[:8])
+    call = asyncio.create_task(any_engine.aembed(INGEST))
+    await asyncio.to_thread(wait_until, lambda: unfinished(any_engine) > 100, 120, "the ingest is in flight")
     call.cancel()
     with pytest.raises(asyncio.CancelledError):
         await call
-    await asyncio.to_thread(assert_engine_idle, minilm_engine)
-    np.testing.assert_allclose(await minilm_engine.aembed(INGEST[:8]), expected, atol=1e-5)
+    await asyncio.to_thread(assert_engine_idle, any_engine)
+    np.testing.assert_allclose(await any_engine.aembed(INGEST[:8]), expected, atol=1e-5)
 
 
-def test_keyboard_interrupt_during_a_sync_ingest_leaves_the_engine_usable(minilm_engine):
-    expected = minilm_engine.embed(INGEST[:8])
+def test_keyboard_interrupt_during_a_sync_ingest_leaves_the_engine_usable(any_engine):
+    expected = any_engine.embed(INGEST[:8])
 
     def interrupt() -> None:
-        wait_until(lambda: unfinished(minilm_engine) > 100, 120, "the ingest is in flight")
+        wait_until(lambda: unfinished(any_engine) > 100, 120, "the ingest is in flight")
         signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)  # what Ctrl-C does
 
     interrupter = threading.Thread(target=interrupt, daemon=True)
     interrupter.start()
     with pytest.raises(KeyboardInterrupt):
-        minilm_engine.embed(INGEST)
+        any_engine.embed(INGEST)
     interrupter.join()
-    assert_engine_idle(minilm_engine)
-    np.testing.assert_allclose(minilm_engine.embed(INGEST[:8]), expected, atol=1e-5)
+    assert_engine_idle(any_engine)
+    np.testing.assert_allclose(any_engine.embed(INGEST[:8]), expected, atol=1e-5)
 
 
 # -- remote servers misbehave --------------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 vLLM resolves its platform afresh in every process, so activation travels in an environment variable that the
 engine sets while it starts vLLM (child processes inherit it); merely installing the package activates nothing,
-so the plugin coexists with vLLM's CPU platform and with another vendor's plugin.
+so the plugin coexists with vLLM's CPU platform and with another vendor's plugin. An engine that runs vLLM inside
+the calling process claims that process's platform instead (``claim_platform``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,27 @@ def register() -> str | None:
         logger.warning("%s=%r is not one of %s; the bundled backend stays off.", ACTIVATE_ENV, target, TARGETS)
         return None
     return PLATFORM
+
+
+def claim_platform() -> bool:
+    """Make vLLM's platform in this process the bundled one, so that engines running inside this process can use
+    the bundled runner; False when another vendor's platform is active.
+
+    vLLM resolves its platform once per process, on the first import of almost anything from vLLM, and its modules
+    keep that object. If it already chose vLLM's CPU platform, the object becomes a ``BundledPlatform`` in place:
+    the subclass holds no state and is exactly the CPU platform for engines without bundled settings.
+    """
+    with activated("host"):
+        from vllm import platforms
+
+        platform = platforms.current_platform
+    from vllm.platforms.cpu import CpuPlatform
+
+    from rbln_retrieval.backend.platform import BundledPlatform
+
+    if type(platform) is CpuPlatform:
+        platform.__class__ = BundledPlatform
+    return isinstance(platform, BundledPlatform)
 
 
 @contextmanager

@@ -11,6 +11,7 @@ zero on padding columns and only the step's requests are read back.
 from __future__ import annotations
 
 import logging
+import types
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,7 +80,7 @@ class BundledModelRunner(CPUModelRunner):
             self.cache_reused = (self.bundled.cache_dir() / MANIFEST).is_file()
             allow_recompiles(len(self.bundled.buckets) + 8)
             self._graph_breaks_at_start = graph_breaks()
-            self._graph = torch.compile(self._forward_and_pool, backend=self.compile_backend, dynamic=False)
+            self._graph = torch.compile(_own_code(self._forward_and_pool), backend=self.compile_backend, dynamic=False)
         logger.info("Bundled runner (%s): buckets %s, cache %s", self.bundled.target, self.bundled.buckets,
                     self.bundled.cache_dir())
 
@@ -215,6 +216,15 @@ class BundledModelRunner(CPUModelRunner):
             ),
             "compile_cache": {"dir": str(self.bundled.cache_dir()), "reused": self.cache_reused},
         }
+
+
+def _own_code(method: Any) -> Any:
+    """``method`` bound to a copy of its code object. Dynamo keeps compiled graphs per code object, so runners of
+    several engines in one process would otherwise share one graph cache: a new engine could be served a closed
+    engine's graphs (its warmup compiling nothing), and live engines' buckets would add up to dynamo's limit."""
+    fn = method.__func__
+    copy = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    return types.MethodType(copy, method.__self__)
 
 
 def _parameters(fn: Any) -> set[str]:

@@ -75,23 +75,35 @@ def test_rbln_target_compiles_with_rebels_backend_for_the_npu(fake_rebel, cache_
     assert rbln_runtime.npu_name() == "RBLN-CA25"
 
 
-def test_device_rbln_starts_vllm_with_the_rbln_target(fake_rebel, monkeypatch):
+@pytest.mark.parametrize("in_process", [True, False])
+def test_device_rbln_starts_vllm_with_the_rbln_target(fake_rebel, monkeypatch, in_process):
     started = {}
 
-    class FakeAsyncLLM:
+    class FakeEngine:
+        """Records what the engine is started with instead of starting one (as AsyncLLM or InprocEngine)."""
+
         @classmethod
         def from_engine_args(cls, args):
             started["env"] = os.environ.get(backend.ACTIVATE_ENV)
+            started["multiprocessing"] = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
             started["args"] = args
             return cls()
+
+        @classmethod
+        async def start(cls, args):
+            return cls.from_engine_args(args)
 
         def shutdown(self):
             started["shutdown"] = True
 
-    monkeypatch.setattr("vllm.v1.engine.async_llm.AsyncLLM", FakeAsyncLLM)
-    with PoolingEngine(minilm_path(), device="rbln") as engine:
+    if in_process:
+        monkeypatch.setattr("rbln_retrieval.inproc.InprocEngine", FakeEngine)
+    else:
+        monkeypatch.setattr("vllm.v1.engine.async_llm.AsyncLLM", FakeEngine)
+    with PoolingEngine(minilm_path(), device="rbln", in_process=in_process) as engine:
         assert engine.device == "rbln"
     assert started["env"] == "rbln" and os.environ.get(backend.ACTIVATE_ENV) is None
+    assert started["multiprocessing"] == ("0" if in_process else None)
     args = started["args"]
     settings = args.additional_config["rbln_retrieval"]
     assert settings["target"] == "rbln" and settings["attention"] == "static"

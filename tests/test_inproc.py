@@ -1,0 +1,107 @@
+"""The in-process engine (the default): vLLM runs inside this process on the bundled platform and attention, even
+when vLLM was imported first; two engines of one process computing at once stay correct; the driver sleeps while
+idle; close() ends the step thread."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import psutil
+from corpus import mixed_length
+
+from rbln_retrieval import PoolingEngine
+from rbln_retrieval.backend.platform import BundledPlatform
+from rbln_retrieval.inproc import InprocEngine
+
+# vLLM picks its platform on this first import, before rbln_retrieval ever starts an engine (the in-process NaN:
+# vLLM's CPU platform then gave the bundled runner vLLM's CPU attention, which breaks on padded buckets).
+VLLM_FIRST = """
+import json, sys
+from vllm import EngineArgs  # noqa: F401
+from rbln_retrieval import PoolingEngine
+with PoolingEngine(sys.argv[1], device="cpu", dtype="float32") as engine:
+    print(json.dumps([type(engine._vllm).__name__, engine.embed(json.loads(sys.argv[2])).tolist()]))
+"""
+
+
+def step_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "rbln-retrieval-step"]
+
+
+def test_the_default_engine_runs_vllm_in_this_process_on_the_bundled_backend(minilm_engine):
+    from vllm.platforms import current_platform
+
+    assert isinstance(minilm_engine._vllm, InprocEngine)
+    assert not [p for p in psutil.Process().children(recursive=True) if p.name().startswith("VLLM")]
+    assert isinstance(current_platform, BundledPlatform)
+    builders = minilm_engine.stats()["attention_builders"]
+    assert builders == ["EncoderOnlyAttentionBuilder(PackedAttentionMetadataBuilder)"]
+
+
+def test_an_in_process_engine_started_after_vllm_was_imported_gives_the_same_vectors(minilm, minilm_engine):
+    texts = mixed_length(6)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [sys.executable, "-c", VLLM_FIRST, str(minilm), json.dumps(texts)],
+        capture_output=True, text=True, env=env, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    kind, vectors = json.loads(done.stdout.strip().splitlines()[-1])
+    assert kind == "InprocEngine"
+    vectors = np.array(vectors)
+    assert np.isfinite(vectors).all()
+    np.testing.assert_allclose(vectors, minilm_engine.embed(texts), atol=1e-5)
+
+
+def test_the_driver_sleeps_while_the_engine_is_idle(minilm_engine):
+    minilm_engine.embed(["wake the engine up"])
+    cpu = time.process_time()
+    time.sleep(2.0)
+    busy = time.process_time() - cpu
+    assert busy < 0.2, f"the idle process used {busy:.2f} s of CPU in 2 s"
+    assert minilm_engine._vllm.get_num_unfinished_requests() == 0
+
+
+def test_close_ends_the_step_thread_and_frees_the_engine(tiny_models):
+    before = len(step_threads())
+    engine = PoolingEngine(tiny_models["bert-cls"], device="cpu", dtype="float32")
+    assert len(step_threads()) == before + 1
+    assert engine.embed(["one", "two"]).shape == (2, engine.dimension)
+    engine.close()
+    deadline = time.monotonic() + 30
+    while len(step_threads()) > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(step_threads()) == before
+    assert engine._vllm is None
+
+
+def test_two_in_process_engines_computing_at_once_give_their_own_results(minilm_engine, tiny_models):
+    texts = mixed_length(48)
+    with PoolingEngine(tiny_models["roberta-mean"], device="cpu", dtype="float32") as other:
+        expected = {"minilm": minilm_engine.embed(texts), "other": other.embed(texts)}
+        results: dict[str, list[np.ndarray | BaseException]] = {"minilm": [], "other": []}
+
+        def hammer(name: str, engine: PoolingEngine) -> None:
+            for _ in range(4):
+                try:
+                    results[name].append(engine.embed(texts))
+                except BaseException as exc:  # checked below
+                    results[name].append(exc)
+
+        threads = [threading.Thread(target=hammer, args=item, daemon=True)
+                   for item in (("minilm", minilm_engine), ("other", other))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=300)
+    for name, got in results.items():
+        assert len(got) == 4, name
+        for vectors in got:
+            assert isinstance(vectors, np.ndarray), f"{name}: {vectors!r}"
+            np.testing.assert_allclose(vectors, expected[name], atol=1e-5)
