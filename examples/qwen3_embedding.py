@@ -1,6 +1,6 @@
 """Qwen3-Embedding's own example through rbln-retrieval: queries carry an instruction, documents do not.
 
-    python examples/qwen3_embedding.py /models/Qwen3-Embedding-0.6B [--device auto|rbln|cpu]
+    python examples/qwen3_embedding.py /models/Qwen3-Embedding-0.6B [--device auto|rbln|cpu] [--dtype auto|float32|bfloat16]
 
 The model card builds "Instruct: {task}\\nQuery:{query}" by hand; here `kind="query"` applies that template with
 `instruction` as the task, and documents are embedded as they are.
@@ -28,7 +28,7 @@ if __name__ == "__main__":  # vLLM's engine process imports this module again
     from rbln_retrieval import PoolingEngine
 
     args = qwen3_arguments(__doc__.splitlines()[0], "qwen3-embedding", "Qwen/Qwen3-Embedding-0.6B")
-    with PoolingEngine(args.model, device=args.device) as engine:
+    with PoolingEngine(args.model, device=args.device, dtype=args.dtype) as engine:
         queries = engine.embed(QUERIES, kind="query", instruction=TASK)
         documents = engine.embed(DOCUMENTS)
         print(f"query prompt: {engine.family.query_prefix(TASK)!r}")

@@ -1,6 +1,6 @@
 """Qwen3-Reranker's own example through rbln-retrieval: P(yes) that a document meets the query and instruction.
 
-    python examples/qwen3_reranker.py /models/Qwen3-Reranker-0.6B [--device auto|rbln|cpu]
+    python examples/qwen3_reranker.py /models/Qwen3-Reranker-0.6B [--device auto|rbln|cpu] [--dtype auto|float32|bfloat16]
 
 The model card formats the chat prompt and reads the "yes"/"no" logits by hand; here `score` and `rerank` do it
 (the original checkpoint runs as a one-row classifier, so no 151k-token LM head is computed per pair).
@@ -20,7 +20,7 @@ if __name__ == "__main__":  # vLLM's engine process imports this module again
     from rbln_retrieval import PoolingEngine
 
     args = qwen3_arguments(__doc__.splitlines()[0], "qwen3-reranker", "Qwen/Qwen3-Reranker-0.6B")
-    with PoolingEngine(args.model, device=args.device) as engine:
+    with PoolingEngine(args.model, device=args.device, dtype=args.dtype) as engine:
         print("P(yes) for (query, document):")
         for query in QUERIES:
             scores = engine.score(query, DOCUMENTS, instruction=TASK)

@@ -70,8 +70,10 @@ def runs(tiny_models, minilm, tmp_path_factory) -> dict[str, tuple[int, str, str
         started = {
             "langchain": start("langchain_rag.py", "--device", "cpu"),
             "llamaindex": start("llamaindex_rag.py", "--device", "cpu"),
-            "qwen3-embedding": start("qwen3_embedding.py", tiny_models["qwen3-embedding"], "--device", "cpu"),
-            "qwen3-reranker": start("qwen3_reranker.py", tiny_models["qwen3-reranker"], "--device", "cpu"),
+            "qwen3-embedding": start("qwen3_embedding.py", tiny_models["qwen3-embedding"], "--device", "cpu",
+                                     "--dtype", "float32"),
+            "qwen3-reranker": start("qwen3_reranker.py", tiny_models["qwen3-reranker"], "--device", "cpu",
+                                    "--dtype", "float32"),
         }
         results = {}
         for name, process in started.items():
