@@ -18,4 +18,5 @@ class EngineStartError(RBLNRetrievalError, RuntimeError):
 
 
 class EngineDeadError(RBLNRetrievalError, RuntimeError):
-    """The engine process died while requests were in flight; the next call starts a fresh engine."""
+    """The engine (a failed step in process, or its dead engine process) failed the requests in flight; the next
+    call starts a fresh engine."""
