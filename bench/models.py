@@ -43,9 +43,15 @@ def corpus(n: int, seed: int = 0) -> list[str]:
 
 
 def queries(n: int, seed: int = 1) -> list[str]:
-    """Short query-like strings: the first 5 to 12 words of corpus passages."""
+    """Short query-like strings: 5 to 12 consecutive words from corpus passages (n may exceed the corpus)."""
     rng = random.Random(seed)
-    return [" ".join(p.split()[: rng.randint(5, 12)]) for p in corpus(n, seed)]
+    passages = corpus(500, seed)
+    out = []
+    for i in range(n):
+        words = passages[i % len(passages)].split()
+        start = rng.randrange(max(1, len(words) - 5))
+        out.append(" ".join(words[start : start + rng.randint(5, 12)]))
+    return out
 
 
 def qwen3_shaped(root: Path) -> Path:

@@ -150,6 +150,10 @@ def main() -> None:
         "settings": {k: v for k, v in vars(args).items() if k not in ("gemm", "model_dir", "out")},
         "models": {},
     }
+    previous = args.out / "results.json"
+    if args.models != parser.get_default("models") and previous.is_file():
+        # A run of some models updates their entries and keeps the others'.
+        results["models"] = json.loads(previous.read_text())["models"]
     todo = plan(tag)
     for key in args.models.split(","):
         results["models"][key] = run_model(key, todo[key], args, table)
