@@ -99,7 +99,9 @@ def run_model(key: str, work: dict[str, list[str]], args: argparse.Namespace, ta
         systems = build(work["query"], table, path, False)
         try:
             out["query"] = workloads.query_latency(systems, queries[:100])
-            out["query"]["bare forward (torch)"] = workloads.bare_forward(path, table[work["query"][0]].dtype, queries[:100])
+            for dtype in dict.fromkeys([table[work["query"][0]].dtype, "float32"]):  # the floor: the faster one
+                name = f"bare forward (torch {'bf16' if dtype == 'bfloat16' else 'fp32'})"
+                out["query"][name] = workloads.bare_forward(path, dtype, queries[:100])
             out["concurrency"] = workloads.concurrency(systems[work["query"][0]], queries, args.callers)
         finally:
             for s in systems.values():

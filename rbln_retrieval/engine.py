@@ -10,9 +10,9 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -27,6 +27,8 @@ from rbln_retrieval.loop import EngineLoop
 from rbln_retrieval.tokens import PromptTokenizer, Tokens
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # Inputs are consumed, tokenized and submitted this many at a time, so an iterator of millions of texts
 # holds only one chunk of prompts in memory while the engine works.
@@ -270,7 +272,7 @@ class PoolingEngine:
         rows: list[np.ndarray] = []
         with self._progress(texts, show_progress) as bar:
             for first, chunk in _chunks(texts, what):
-                tokens = await asyncio.to_thread(self.tokenizer.encode_texts, chunk, prefix, first_index=first)
+                tokens = await _off_loop(chunk, self.tokenizer.encode_texts, chunk, prefix, first_index=first)
                 rows.extend(await self._encode(tokens, params, bar))
         if not rows:
             return np.zeros((0, dimensions or self.dimension), dtype=np.float32)
@@ -295,11 +297,11 @@ class PoolingEngine:
         for first, chunk in _chunks(documents, what="documents"):
             if self.family.name == "qwen3-reranker":
                 task = instruction if instruction is not None else self.family.default_instruction
-                tokens = await asyncio.to_thread(
-                    self.tokenizer.encode_qwen3_reranker, query, chunk, task, first_index=first
+                tokens = await _off_loop(
+                    chunk, self.tokenizer.encode_qwen3_reranker, query, chunk, task, first_index=first
                 )
             else:
-                tokens = await asyncio.to_thread(self.tokenizer.encode_pairs, query, chunk, first_index=first)
+                tokens = await _off_loop(chunk, self.tokenizer.encode_pairs, query, chunk, first_index=first)
             scores.extend(float(row.reshape(-1)[0]) for row in await self._encode(tokens, params, None))
         return scores
 
@@ -363,6 +365,18 @@ def _unreadable_weights(model_dir: str) -> str | None:
         except (SafetensorError, OSError) as exc:
             return f"{path.name} is not a readable safetensors file ({exc})."
     return None
+
+
+# Tokenizing this few texts (at most a window of each, see tokens.py) costs less than a hop to a worker thread.
+INLINE_TOKENIZE = 4
+
+
+async def _off_loop(chunk: list[str], fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` in a worker thread, so the engine loop keeps serving other callers while a large
+    chunk is tokenized; a chunk of a few texts (a query) is tokenized in place."""
+    if len(chunk) <= INLINE_TOKENIZE:
+        return fn(*args, **kwargs)
+    return await asyncio.to_thread(fn, *args, **kwargs)
 
 
 def _chunks(texts: Iterable[str], what: str = "texts") -> Iterator[tuple[int, list[str]]]:
