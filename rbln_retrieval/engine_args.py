@@ -8,10 +8,10 @@ from typing import Any
 
 from rbln_retrieval.families import ModelFamily
 
-# vLLM's CPU worker binds its compute threads to all cores but one, which it reserves for the engine-core
+# vLLM's CPU worker process binds its compute threads to all cores but one, which it reserves for the engine-core
 # process. On a small host that halves compute: on 2 cores, all-MiniLM-L6-v2 bf16 ingest ran at 101 passages/s
 # with the reserve and 185 without (bench/). Compute gets every core this process may use unless the caller
-# set vLLM's own variables.
+# set vLLM's own variables. (In-process engines spawn no worker; vLLM applies these only when it does.)
 _THREAD_VARS = ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU")
 
 
