@@ -27,6 +27,25 @@ logger = logging.getLogger(__name__)
 
 # Held by a step thread around each call into its engine (see the module docstring).
 _TURN = threading.Lock()
+# Engines of this process that are built and not yet shut down (changed only while holding _TURN).
+_LIVE: set[int] = set()
+
+
+def _shut_down(engine: Any) -> None:
+    """vLLM's engine-core shutdown, which also destroys the process's torch.distributed groups: other live
+    in-process engines still step through them, so only the last engine's shutdown tears them down."""
+    import vllm.v1.engine.core as core_module
+
+    _LIVE.discard(id(engine))
+    if not _LIVE:
+        engine.engine_core.shutdown()
+        return
+    cleanup = core_module.cleanup_dist_env_and_memory
+    core_module.cleanup_dist_env_and_memory = lambda *args, **kwargs: None
+    try:
+        engine.engine_core.shutdown()
+    finally:
+        core_module.cleanup_dist_env_and_memory = cleanup
 
 
 class InprocEngine:
@@ -59,8 +78,9 @@ class InprocEngine:
             # choice also depends on the engine (bundled or stock): choose afresh for this one.
             _cached_get_attn_backend.cache_clear()
             engine = LLMEngine.from_engine_args(engine_args)
+            _LIVE.add(id(engine))
             if abandoned.is_set():  # the caller gave up (Ctrl-C) while the engine loaded
-                engine.engine_core.shutdown()
+                _shut_down(engine)
             return engine
 
         try:
@@ -108,7 +128,7 @@ class InprocEngine:
         self._driver.cancel()
         self._fail_waiting(None)
         try:
-            self._stepper.submit(self._engine.engine_core.shutdown).result()
+            self._stepper.submit(_shut_down, self._engine).result()
         finally:
             self._stepper.stop()
 

@@ -12,7 +12,6 @@ import threading
 import time
 
 import numpy as np
-import psutil
 from corpus import mixed_length
 
 from rbln_retrieval import PoolingEngine
@@ -38,7 +37,8 @@ def test_the_default_engine_runs_vllm_in_this_process_on_the_bundled_backend(min
     from vllm.platforms import current_platform
 
     assert isinstance(minilm_engine._vllm, InprocEngine)
-    assert not [p for p in psutil.Process().children(recursive=True) if p.name().startswith("VLLM")]
+    # The worker lives in this process (other tests' in_process=False engines may have processes of their own).
+    assert type(minilm_engine._vllm._engine.model_executor).__name__ == "UniProcExecutor"
     assert isinstance(current_platform, BundledPlatform)
     builders = minilm_engine.stats()["attention_builders"]
     assert builders == ["EncoderOnlyAttentionBuilder(PackedAttentionMetadataBuilder)"]
@@ -105,3 +105,14 @@ def test_two_in_process_engines_computing_at_once_give_their_own_results(minilm_
         for vectors in got:
             assert isinstance(vectors, np.ndarray), f"{name}: {vectors!r}"
             np.testing.assert_allclose(vectors, expected[name], atol=1e-5)
+
+
+def test_closing_one_in_process_engine_leaves_the_others_working(minilm_engine, tiny_models):
+    """vLLM's engine shutdown destroys the process's torch.distributed groups, which every in-process engine
+    steps through: only the last engine's close may tear them down."""
+    texts = mixed_length(8)
+    expected = minilm_engine.embed(texts)
+    other = PoolingEngine(tiny_models["bert-cls"], device="cpu", dtype="float32")
+    other.embed(["one"])
+    other.close()
+    np.testing.assert_allclose(minilm_engine.embed(texts), expected, atol=1e-5)
