@@ -50,8 +50,8 @@ class EngineOptions(BaseModel):
     allow_pickle: bool = False
     strict_shapes: bool = False
     # True: vLLM's engine runs in this process (rbln_retrieval.inproc): no processes to spawn, each re-importing
-    # vLLM and torch, and no inter-process hop per step (all-MiniLM-L6-v2: first vector 15 s after process start
-    # instead of 27 s; a short query 2.8 ms instead of 4-5 ms). False: vLLM's AsyncLLM with its engine processes.
+    # vLLM and torch, and no inter-process hop per step (all-MiniLM-L6-v2: first vector 7.8 s after process start
+    # instead of about 27 s, bench/results). False: vLLM's AsyncLLM with its engine processes.
     in_process: bool = True
     engine_kwargs: dict[str, Any] = Field(default_factory=dict)
 
@@ -141,9 +141,10 @@ class PoolingEngine:
             strict_shapes=self.options.strict_shapes,
             device=self.device,
         )
-        env = cpu_threads_env() if self.device == "cpu" else {}
         if in_process:
-            env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # vLLM's CPU platform allows the uni executor only then
+            env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}  # vLLM's CPU platform allows the uni executor only then
+        else:  # the thread variables reach only a worker process vLLM spawns
+            env = cpu_threads_env() if self.device == "cpu" else {}
         try:
             with backend.activated(target, env):
                 # An in-process engine freezes vLLM's variables for the whole process; this start reads them anew.
