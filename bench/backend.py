@@ -70,6 +70,8 @@ class Contender:
 
     def run(self) -> None:
         before = self.engine.stats() if self.runner == "bundled" else None
+        # vLLM's stock runner caches prefixes of causal models: each repeat must compute what new passages would.
+        self.engine._loop.run(self.engine._vllm.reset_prefix_cache())
         tic = time.perf_counter()
         self.vectors = self.engine.embed(self.texts)
         self.seconds.append(time.perf_counter() - tic)
@@ -93,7 +95,7 @@ class Contender:
 
 CONFIGS = {
     "bundled": ("bundled", {}),
-    "bundled, static attention": ("bundled", {"attention": "static"}),
+    "bundled, static kernels": ("bundled", {"kernels": "static"}),
     "stock vLLM": ("stock", {}),
     "one request/step padded (upstream RBLN)": ("bundled", {"one_request_per_step": True}),
 }

@@ -46,6 +46,9 @@ class System:
         """Steps and useful/computed tokens so far, where the system counts them."""
         return None
 
+    def forget_prefixes(self) -> None:
+        """Drop cached prompt prefixes, so a repeated ingest computes what an ingest of new passages would."""
+
     def close(self) -> None:
         pass
 
@@ -68,6 +71,10 @@ class RBLNSystem(System):
 
     def score(self, query: str, documents: list[str]) -> list[float]:
         return self.engine.score(query, documents)
+
+    def forget_prefixes(self) -> None:
+        # vLLM's stock runner caches prefixes of causal models; the bundled runner turns prefix caching off.
+        self.engine._loop.run(self.engine._vllm.reset_prefix_cache())
 
     def counters(self) -> dict[str, int] | None:
         stats = self.engine.stats()

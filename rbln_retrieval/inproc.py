@@ -117,6 +117,9 @@ class InprocEngine:
         """Runs on the step thread, so it never overlaps a step."""
         return await self._stepper.run(self._engine.collective_rpc, method, timeout, args, kwargs)
 
+    async def reset_prefix_cache(self) -> bool:
+        return await self._stepper.run(self._engine.reset_prefix_cache)
+
     def get_num_unfinished_requests(self) -> int:
         return self._engine.get_num_unfinished_requests() + len(self._to_add)
 
@@ -141,7 +144,7 @@ class InprocEngine:
                     self._wake.clear()
                     await self._wake.wait()  # idle: no step until a caller submits
                     continue
-                for output in await self._stepper.run(self._engine.step):
+                for output in await self._stepper.run(self._step):
                     result = self._results.pop(output.request_id, None) if output.finished else None
                     if result is not None and not result.done():
                         result.set_result(output)
@@ -149,6 +152,12 @@ class InprocEngine:
             logger.error("The in-process vLLM engine failed: %r", exc)
             self._failure = exc
             self._fail_waiting(exc)
+
+    def _step(self) -> list[Any]:
+        # vLLM's worker chooses its IR op kernels (RMSNorm) once per process; the engines of this process take
+        # turns, so each step reinstates its own engine's choice (host kernels for bundled, vLLM's for stock).
+        self._engine.vllm_config.kernel_config.ir_op_priority.set_default()
+        return self._engine.step()
 
     def _apply_mutations(self) -> None:
         """Hand aborts and new requests to vLLM; runs on the loop between steps."""

@@ -6,7 +6,7 @@ exact ``build(common_prefix_len, common_attn_metadata, fast_build=False)`` signa
 That keeps it correct when vLLM wraps it for encoder-only layers (the wrapper forwards exactly those three
 arguments and sets ``causal=False``).
 
-Two implementations, both parity-tested against the stock runner:
+Two implementations (``BundledConfig.kernels``), both parity-tested against the stock runner:
 - ``static``: the whole bucket in one masked attention whose shapes depend on the bucket only, traced into
   the compiled graph (the platform turns vLLM's opaque attention op off for it): what a static-shape NPU graph
   needs. Padding rows attend to themselves so they stay finite.
@@ -57,7 +57,7 @@ class PackedAttentionMetadataBuilder(AttentionMetadataBuilder[PackedAttentionMet
     ) -> None:
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
         self.encoder_only = isinstance(kv_cache_spec, EncoderOnlyAttentionSpec)
-        self.impl = BundledConfig.from_vllm_config(vllm_config).attention
+        self.impl = BundledConfig.from_vllm_config(vllm_config).kernels
         self.kernel: CPUAttentionMetadataBuilder | None = None
         if self.impl == "host":
             # The CPU kernel's scratch-cache path (its encoder path) attends within the step's own tokens,

@@ -4,8 +4,9 @@ Callers tune them through ``PoolingEngine(..., engine_kwargs={"additional_config
 
 - ``max_num_batched_tokens``: tokens per step, the largest bucket (default max(max_length, 4096));
 - ``buckets``: explicit token-count buckets (default: powers of two from 16 to 1024, then steps of 1024);
-- ``attention``: "host" (vLLM's CPU kernel behind its opaque op; the host default) or "static" (masked bucket
-  attention inside the graph; always used on the NPU);
+- ``kernels``: "host" (the host default: vLLM's CPU kernels for attention and RMSNorm, called outside the graph)
+  or "static" (everything in torch ops traced into the bucket graph, masked bucket attention included: what the
+  NPU compiles, and always used there);
 - ``host_compile_backend``: "none" (default: the host runs the same bucket-shaped forward without tracing it),
   "eager" (dynamo traces one graph per bucket) or "inductor"; ``strict_shapes`` always traces;
 - ``one_request_per_step``: reproduce upstream vllm-rbln's prefill (one prompt per step padded to max_length).
@@ -55,8 +56,8 @@ def cache_root() -> Path:
 class BundledConfig:
     target: Literal["host", "rbln"] = "host"
     buckets: tuple[int, ...] = ()
-    # "host": vLLM's variable-length CPU kernel inside the static graph; "static": masked bucket attention.
-    attention: Literal["host", "static"] = "host"
+    # "host": vLLM's CPU kernels (variable-length attention, RMSNorm); "static": torch ops only, in the graph.
+    kernels: Literal["host", "static"] = "host"
     # host target only: the torch.compile backend that runs the graphs ("eager" traces without codegen). "none"
     # skips tracing: about 0.5 s per bucket at every start, and the CPU gains nothing from an uncompiled trace.
     host_compile_backend: Literal["none", "eager", "inductor"] = "none"
@@ -124,14 +125,14 @@ def engine_overrides(
         buckets=tuple(buckets),
         strict_shapes=strict_shapes,
         cache_key={"model": model, "dtype": dtype, "max_length": max_length, "vllm": vllm_version},
-        **{k: v for k, v in settings.items() if k in ("attention", "host_compile_backend", "one_request_per_step")},
+        **{k: v for k, v in settings.items() if k in ("kernels", "host_compile_backend", "one_request_per_step")},
     )
-    unknown = set(settings) - {"attention", "host_compile_backend", "one_request_per_step"}
+    unknown = set(settings) - {"kernels", "host_compile_backend", "one_request_per_step"}
     if unknown:
         raise ValueError(f"Unknown bundled-runner settings {sorted(unknown)} in additional_config[{CONFIG_KEY!r}].")
-    if target == "rbln" and bundled.attention == "host":
-        # vLLM's CPU kernel cannot run inside an NPU graph: the NPU always takes the static path.
-        bundled = BundledConfig(**{**asdict(bundled), "attention": "static"})
+    if target == "rbln" and bundled.kernels == "host":
+        # vLLM's CPU kernels cannot run inside an NPU graph: the NPU always takes the static path.
+        bundled = BundledConfig(**{**asdict(bundled), "kernels": "static"})
     return {
         "worker_cls": "rbln_retrieval.backend.worker.BundledWorker",
         # The runner compiles its own static graphs; vLLM's dynamic-shape compilation stays off.

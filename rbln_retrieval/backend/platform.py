@@ -26,14 +26,30 @@ class BundledPlatform(CpuPlatform):
         super().check_and_update_config(vllm_config)
 
     @classmethod
+    def import_ir_kernels(cls) -> None:
+        super().import_ir_kernels()
+        import rbln_retrieval.backend.host_kernels  # noqa: F401  (registers the CPU RMSNorm implementations)
+
+    @classmethod
+    def get_default_ir_op_priority(cls, vllm_config: Any) -> Any:
+        """vLLM's C RMSNorm kernels first for host kernels; the NPU's graphs keep the torch implementation."""
+        priority = super().get_default_ir_op_priority(vllm_config)
+        if BundledConfig.requested(vllm_config) and BundledConfig.from_vllm_config(vllm_config).kernels == "host":
+            from rbln_retrieval.backend.host_kernels import PROVIDER
+
+            priority.rms_norm = [PROVIDER, *priority.rms_norm]
+            priority.fused_add_rms_norm = [PROVIDER, *priority.fused_add_rms_norm]
+        return priority
+
+    @classmethod
     def opaque_attention_op(cls) -> bool:
-        """The static attention path runs inside the compiled graph (an NPU graph must contain it); the host path
-        stays behind vLLM's opaque attention op, which calls the CPU kernel outside the graph."""
+        """Static kernels put attention inside the compiled graph (an NPU graph must contain it); host kernels keep
+        it behind vLLM's opaque attention op, which calls the CPU kernel outside the graph."""
         from vllm.config import get_current_vllm_config
 
         config = get_current_vllm_config()
         if BundledConfig.requested(config):
-            return BundledConfig.from_vllm_config(config).attention == "host"
+            return BundledConfig.from_vllm_config(config).kernels == "host"
         return super().opaque_attention_op()
 
     @classmethod

@@ -191,7 +191,7 @@ class BundledModelRunner(CPUModelRunner):
         return {
             "runner": "bundled",
             "target": self.bundled.target,
-            "attention": self.bundled.attention,
+            "kernels": self.bundled.kernels,
             "buckets": list(self.bundled.buckets),
             "steps": c.steps,
             "steps_per_bucket": dict(sorted(c.steps_per_bucket.items())),

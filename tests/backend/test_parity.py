@@ -129,20 +129,61 @@ def test_causal_model_uses_our_builder_unwrapped(pair):
 
 
 @pytest.fixture(scope="module")
-def static_attention(request, tiny_models, start_engine):
+def static_kernels(request, tiny_models, start_engine):
     path = tiny_models[request.param]
-    engine = start_engine(path, "bundled", attention="static")
+    engine = start_engine(path, "bundled", kernels="static")
     yield path, engine
     engine.close()
 
 
-@pytest.mark.parametrize("static_attention", ["bert-cross-encoder", "qwen3-embedding"], indirect=True)
-def test_static_attention_path_matches_the_reference(static_attention):
-    """The NPU-shaped attention (one masked bucket) on the host: encoder-only with token types, and causal."""
-    path, engine = static_attention
-    assert engine.stats()["attention"] == "static"
+@pytest.mark.parametrize("static_kernels", ["bert-cross-encoder", "qwen3-embedding"], indirect=True)
+def test_static_kernels_match_the_reference(static_kernels):
+    """The NPU-shaped graph (torch ops only, one masked bucket attention) on the host: encoder-only with token
+    types, and causal."""
+    path, engine = static_kernels
+    assert engine.stats()["kernels"] == "static"
     ours, expected = _outputs(engine), _reference(path, engine.family)
     for key in expected:
         assert np.abs(ours[key] - expected[key]).max() <= TOLERANCE, key
     stats = engine.stats()
     assert stats["compiles_after_warmup"] == 0 and stats["graph_breaks"] == 0
+
+
+def _record_rms_norm_kernels(worker):
+    """Runs inside the worker: remember which RMSNorm implementation vLLM's IR op would dispatch to, per step."""
+    from vllm import ir
+
+    runner = worker.model_runner
+    runner.rms_norm_kernels = []
+    forward = runner._model_forward
+
+    def recorded(*args, **kwargs):
+        runner.rms_norm_kernels.append(
+            (ir.ops.rms_norm.get_priority()[0], ir.ops.fused_add_rms_norm.get_priority()[0])
+        )
+        return forward(*args, **kwargs)
+
+    runner._model_forward = recorded
+
+
+def _recorded_kernels(engine) -> set[tuple[str, str]]:
+    (kernels,) = engine._loop.run(engine._vllm.collective_rpc(lambda worker: worker.model_runner.rms_norm_kernels))
+    return set(kernels)
+
+
+@pytest.mark.parametrize(("pair", "static_kernels"), [("qwen3-embedding", "qwen3-embedding")], indirect=True)
+def test_each_in_process_engine_steps_with_its_own_rms_norm_kernels(pair, static_kernels):
+    """vLLM chooses IR op kernels once per process; in-process engines share one: host kernels (vLLM's C RMSNorm)
+    for the bundled host engine, torch ops for the NPU-shaped graph and for the stock runner, whatever was built
+    last."""
+    _, bundled, stock = pair
+    _, static = static_kernels
+    engines = {"host": bundled, "static": static, "stock": stock}
+    for engine in engines.values():
+        engine._loop.run(engine._vllm.collective_rpc(_record_rms_norm_kernels))
+    for _ in range(2):
+        for engine in engines.values():
+            engine.embed(TEXTS[:3])
+    assert _recorded_kernels(bundled) == {("rbln_host", "rbln_host")}
+    assert _recorded_kernels(static) == {("native", "native")}
+    assert _recorded_kernels(stock) == {("native", "native")}

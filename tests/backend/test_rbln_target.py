@@ -106,7 +106,7 @@ def test_device_rbln_starts_vllm_with_the_rbln_target(fake_rebel, monkeypatch, i
     assert started["multiprocessing"] == ("0" if in_process else None)
     args = started["args"]
     settings = args.additional_config["rbln_retrieval"]
-    assert settings["target"] == "rbln" and settings["attention"] == "static"
+    assert settings["target"] == "rbln" and settings["kernels"] == "static"
     assert args.worker_cls == "rbln_retrieval.backend.worker.BundledWorker"
     assert args.enable_chunked_prefill is False and args.enable_prefix_caching is False
     assert started["shutdown"]

@@ -129,7 +129,7 @@ def test_wrapped_encoder_only_builder_takes_only_vllms_arguments():
     wrapped = create_encoder_only_attention_backend(PackedAttentionBackend).get_builder_cls()
     assert wrapped is not PackedAttentionMetadataBuilder and issubclass(wrapped, PackedAttentionMetadataBuilder)
     # (the host implementation's builder needs a loaded model; the engine tests run it wrapped)
-    config = VllmConfig(additional_config={"rbln_retrieval": {"buckets": [8], "attention": "static"}})
+    config = VllmConfig(additional_config={"rbln_retrieval": {"buckets": [8], "kernels": "static"}})
     spec = EncoderOnlyAttentionSpec(block_size=128, num_kv_heads=2, head_size=32, dtype=torch.float32)
     builder = wrapped(spec, [], config, torch.device("cpu"))
     starts = torch.tensor([0, 3, 5], dtype=torch.int32)
@@ -143,3 +143,29 @@ def test_wrapped_encoder_only_builder_takes_only_vllms_arguments():
     assert (metadata.num_actual_tokens, metadata.num_real_tokens, metadata.causal) == (8, 5, False)
     assert metadata.seq_ids.tolist() == [0, 0, 0, 1, 1, -1, -1, -1]
     assert common.causal is True, "the wrapper copies the metadata before it sets causal=False"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_host_rms_norm_kernels_match_vllm_torch_ops(dtype):
+    """Packed rows and the strided per-head views Qwen3's q/k norms pass; the residual update in place."""
+    from vllm import ir
+
+    from rbln_retrieval.backend import host_kernels
+
+    assert host_kernels.SUPPORTED
+    tolerance = 1e-5 if dtype == torch.float32 else 0.07  # bf16: one unit in the last place at |x| ~ 8
+    torch.manual_seed(0)
+    qkv = torch.randn(37, 3 * 64, dtype=dtype)
+    heads = qkv[:, :64].view(37, 4, 16)  # not contiguous
+    for x, weight in ((torch.randn(37, 64, dtype=dtype), torch.randn(64, dtype=dtype)),
+                      (heads, torch.randn(16, dtype=dtype))):
+        expected = ir.ops.rms_norm.impls["native"].impl_fn(x, weight, 1e-6)
+        assert (host_kernels.rms_norm.impl_fn(x, weight, 1e-6) - expected).abs().max() <= tolerance
+    x, residual, weight = torch.randn(37, 64, dtype=dtype), torch.randn(37, 64, dtype=dtype), torch.randn(64, dtype=dtype)
+    expected, expected_residual = ir.ops.fused_add_rms_norm.impls["native"].impl_fn(x, residual, weight, 1e-6)
+    out, out_residual = host_kernels.fused_add_rms_norm.impl_fn(x, residual, weight, 1e-6)
+    assert out is x and out_residual is residual
+    assert (out - expected).abs().max() <= tolerance and torch.equal(out_residual, expected_residual)
+    # What the C kernels cannot take goes to vLLM's torch implementation.
+    impl = host_kernels.rms_norm
+    assert not impl.supports_args(x, None, 1e-6) and not impl.supports_args(x, weight.float().double(), 1e-6)
