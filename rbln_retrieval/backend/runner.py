@@ -149,7 +149,9 @@ class BundledModelRunner(CPUModelRunner):
         query_start = self.query_start_loc.cpu[: num_reqs + 1].numpy()
         real = int(query_start[-1])
         input_ids[real:].zero_()  # stale ids from earlier steps would make padding depend on history
-        weights = pooling_weights(self.methods, query_start, bucket, self.max_requests(bucket))
+        # A traced graph's shapes depend on the bucket only; an untraced host step pools just its own requests.
+        rows = self.max_requests(bucket) if self.bundled.traced else num_reqs
+        weights = pooling_weights(self.methods, query_start, bucket, rows)
         if self.compile_backend is not None:
             self.compile_backend.current_bucket = bucket
         with strict_errors():
