@@ -95,7 +95,7 @@ class Contender:
 
 CONFIGS = {
     "bundled": ("bundled", {}),
-    "bundled, static kernels": ("bundled", {"kernels": "static"}),
+    "bundled static kernels": ("bundled", {"kernels": "static"}),
     "stock vLLM": ("stock", {}),
     "one request/step padded (upstream RBLN)": ("bundled", {"one_request_per_step": True}),
 }
