@@ -4,8 +4,8 @@ Callers tune them through ``PoolingEngine(..., engine_kwargs={"additional_config
 
 - ``max_num_batched_tokens``: tokens per step, the largest bucket (default max(max_length, 4096));
 - ``buckets``: explicit token-count buckets (default: powers of two from 16 to 1024, then steps of 1024);
-- ``kernels``: "host" (the host default: vLLM's CPU kernels for attention and RMSNorm, called outside the graph)
-  or "static" (everything in torch ops traced into the bucket graph, masked bucket attention included: what the
+- ``kernels``: "host" (the host default: vLLM's CPU kernels for attention and RMSNorm, called outside the graph,
+  and BERT blocks' GELU and residual adds written in place) or "static" (everything in torch ops traced into the bucket graph, masked bucket attention included: what the
   NPU compiles, and always used there);
 - ``host_compile_backend``: "none" (default: the host runs the same bucket-shaped forward without tracing it),
   "eager" (dynamo traces one graph per bucket) or "inductor"; ``strict_shapes`` always traces;
@@ -135,6 +135,8 @@ def engine_overrides(
         bundled = BundledConfig(**{**asdict(bundled), "kernels": "static"})
     return {
         "worker_cls": "rbln_retrieval.backend.worker.BundledWorker",
+        # Fills each step's budget before the runner pads it to a bucket.
+        "scheduler_cls": "rbln_retrieval.backend.packing.PackingScheduler",
         # The runner compiles its own static graphs; vLLM's dynamic-shape compilation stays off.
         "enforce_eager": True,
         # Causal pooling models would otherwise get both on, putting KV context into steps; a context-free

@@ -33,6 +33,7 @@ from rbln_retrieval.backend.compile import (
     write_manifest,
 )
 from rbln_retrieval.backend.config import BundledConfig
+from rbln_retrieval.backend.host_layers import write_in_place
 from rbln_retrieval.backend.pooling import TaskHead, decompose, pooling_weights
 
 logger = logging.getLogger(__name__)
@@ -65,6 +66,7 @@ class BundledModelRunner(CPUModelRunner):
         self.compile_backend: RecordingBackend | None = None
         self._graph_breaks_at_start = 0
         self.cache_reused = False
+        self.in_place_blocks = 0
 
     # -- model and graph -----------------------------------------------------------------------------------
     def load_model(self, load_dummy_weights: bool = False) -> None:
@@ -74,6 +76,8 @@ class BundledModelRunner(CPUModelRunner):
         self.heads = decompose(self.model.pooler, list(self.get_supported_pooling_tasks()))
         self.methods = sorted({head.method for head in self.heads.values()})
         self.takes_token_types = "token_type_ids" in _parameters(self.model.forward)
+        if self.bundled.kernels == "host":
+            self.in_place_blocks = write_in_place(self.model)
         self._graph = self._forward_and_pool
         if self.bundled.traced:
             self.compile_backend = recording_backend(self.bundled)
@@ -194,6 +198,7 @@ class BundledModelRunner(CPUModelRunner):
             "runner": "bundled",
             "target": self.bundled.target,
             "kernels": self.bundled.kernels,
+            "in_place_blocks": self.in_place_blocks,
             "buckets": list(self.bundled.buckets),
             "steps": c.steps,
             "steps_per_bucket": dict(sorted(c.steps_per_bucket.items())),

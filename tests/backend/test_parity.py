@@ -57,7 +57,24 @@ def test_bundled_equals_stock_equals_reference(pair):
     assert stats["useful_tokens"] < stats["computed_tokens"] <= stats["steps"] * stats["buckets"][-1]
     family = bundled.family.name
     assert stats["pooling_in_graph"] == ["classify" if family in ("cross-encoder", "qwen3-reranker") else "embed"]
+    # Host kernels write BERT blocks' GELU and residual adds in place (three blocks per layer); Qwen3 has none.
+    assert (stats["in_place_blocks"] > 0) == (not family.startswith("qwen3"))
     assert stock.stats() == {"runner": "stock"}
+
+
+@pytest.mark.parametrize("pair", ["all-MiniLM-L6-v2"], indirect=True)
+def test_steps_are_packed_past_a_prompt_that_does_not_fit(pair):
+    """Eight 250-token prompts, then two of 20, into 1,024-token steps: first come, first served stops each step
+    at 1,000 tokens and needs a third step; packing moves a 20-token prompt into each of the first two."""
+    _, bundled, _ = pair
+    long, short = " ".join(["hello"] * 248), " ".join(["hi"] * 18)  # plus [CLS] and [SEP]
+    before = bundled.stats()
+    vectors = bundled.embed([long] * 8 + [short] * 2)
+    after = bundled.stats()
+    assert np.allclose(vectors[:8], vectors[0], atol=1e-6) and np.allclose(vectors[8:], vectors[8], atol=1e-6)
+    assert after["steps"] - before["steps"] == 2
+    assert after["useful_tokens"] - before["useful_tokens"] == 2040
+    assert after["computed_tokens"] - before["computed_tokens"] == 2048
 
 
 def _mixed_calls(engine, rng: random.Random) -> None:

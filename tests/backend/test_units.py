@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from rbln_retrieval import backend
 from rbln_retrieval.backend.config import BundledConfig, derive_buckets, engine_overrides
+from rbln_retrieval.backend.packing import pack_front
 from rbln_retrieval.backend.pooling import pooling_weights
 
 
@@ -56,6 +57,45 @@ def test_engine_overrides_turn_context_off_and_key_the_cache():
     assert bundled.cache_dir() != other.cache_dir() and bundled.cache_dir().name.startswith("minilm-")
     with pytest.raises(ValueError, match="Unknown bundled-runner settings"):
         engine_overrides(target="host", max_length=256, model="m", dtype="auto", strict_shapes=False, user={"bucket": 1})
+
+
+class _Prompt:
+    def __init__(self, name: str, tokens: int) -> None:
+        self.name, self.num_tokens, self.num_computed_tokens = name, tokens, 0
+
+
+def _fcfs_admitted(queue, budget: int) -> list[str]:
+    """What vLLM's scheduler admits with chunked prefill off: in order, up to the first prompt that misfits."""
+    admitted, used = [], 0
+    for prompt in queue:
+        if used + prompt.num_tokens > budget:
+            break
+        admitted.append(prompt.name)
+        used += prompt.num_tokens
+    return admitted
+
+
+def test_packing_fills_the_step_fcfs_would_leave_short():
+    from collections import deque
+
+    queue = deque(_Prompt(name, tokens) for name, tokens in
+                  [("a", 3000), ("b", 1500), ("c", 900), ("d", 100), ("e", 60), ("f", 50), ("g", 10)])
+    assert _fcfs_admitted(queue, 4096) == ["a"]
+    pack_front(queue, budget=4096, max_requests=8)
+    assert [p.name for p in queue] == ["a", "c", "d", "e", "g", "b", "f"], "admitted first, the rest in order"
+    assert _fcfs_admitted(queue, 4096) == ["a", "c", "d", "e", "g"]  # 4070 of 4096 tokens
+    # The request limit and the lookahead bound it; prompts past the lookahead keep their place.
+    queue = deque(_Prompt(name, tokens) for name, tokens in [("a", 4000), ("b", 200), ("c", 50), ("d", 40)])
+    pack_front(queue, budget=4096, max_requests=2)
+    assert [p.name for p in queue] == ["a", "c", "b", "d"]
+    queue = deque(_Prompt(name, tokens) for name, tokens in [("a", 4000), ("b", 500), ("c", 90), ("d", 5)])
+    pack_front(queue, budget=4096, max_requests=8, lookahead=2)
+    assert [p.name for p in queue] == ["a", "b", "c", "d"]
+
+
+def test_engine_overrides_schedule_with_packing():
+    kw = engine_overrides(target="host", max_length=256, model="m", dtype="float32", strict_shapes=False, user={})
+    assert kw["scheduler_cls"] == "rbln_retrieval.backend.packing.PackingScheduler"
 
 
 def test_pooling_weights_are_zero_on_padding():

@@ -1,0 +1,45 @@
+"""BERT-family encoder blocks with their elementwise steps written in place, for host kernels.
+
+Eager PyTorch gives every op a fresh output tensor, and on the host a fresh multi-megabyte activation is paid for
+in page faults: bf16 GELU over 4,096 x 1,536 takes about 0.85 ms into reused memory and about 1.7 ms into fresh
+memory. vLLM's stock CPU runner avoids this by compiling the model with Inductor, which fuses these ops and reuses
+buffers. The bundled host runs eagerly, so its blocks write GELU and the residual add into the GEMM output that
+consumes them, a tensor nothing else reads. The arithmetic is unchanged, so results are bit-identical.
+
+Only vLLM's own BERT classes (which RoBERTa and XLM-R reuse) are rebound, matched by exact type, so a subclass with
+a forward of its own keeps it.
+"""
+
+from __future__ import annotations
+
+import types
+
+import torch
+from torch import nn
+from vllm.model_executor.layers.activation import GELU
+from vllm.model_executor.models.bert import BertIntermediate, BertOutput, BertSelfOutput
+
+
+def _intermediate_forward(self: BertIntermediate, hidden_states: torch.Tensor) -> torch.Tensor:
+    hidden_states, _ = self.dense(hidden_states)
+    return torch.ops.aten.gelu_(hidden_states)
+
+
+def _output_forward(self: BertOutput | BertSelfOutput, hidden_states: torch.Tensor, input_tensor: torch.Tensor) -> torch.Tensor:
+    hidden_states, _ = self.dense(hidden_states)
+    hidden_states += input_tensor
+    return self.LayerNorm(hidden_states)
+
+
+def write_in_place(model: nn.Module) -> int:
+    """Rebinds ``model``'s BERT blocks to the in-place forwards; returns how many blocks it rebound."""
+    rebound = 0
+    for module in model.modules():
+        if type(module) is BertIntermediate and type(module.intermediate_act_fn) is GELU:
+            module.forward = types.MethodType(_intermediate_forward, module)
+        elif type(module) in (BertOutput, BertSelfOutput):
+            module.forward = types.MethodType(_output_forward, module)
+        else:
+            continue
+        rebound += 1
+    return rebound
