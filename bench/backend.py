@@ -3,8 +3,9 @@
 Per 1,000 passages: compiled-graph launches (steps), useful/computed tokens and host throughput, on a
 mixed-length corpus of real English text: the Python documentation's topic pages shipped with CPython
 (``pydoc_data.topics``, PSF license), consecutive paragraphs of one topic grouped 1 to 6 at a time.
-Models: all-MiniLM-L6-v2 (real weights) and a random-weight model with Qwen3-0.6B's architecture and sizes
-(weights are random, so only speed and counts mean anything; it borrows all-MiniLM-L6-v2's tokenizer).
+Models: all-MiniLM-L6-v2 (real weights; fp32, and bf16, the default on a CPU with bf16 instructions) and a
+random-weight model with Qwen3-0.6B's architecture and sizes (weights are random, so only speed and counts mean
+anything; it borrows all-MiniLM-L6-v2's tokenizer).
 
     HF_HUB_OFFLINE=1 TORCH_DEVICE_BACKEND_AUTOLOAD=0 .venv/bin/python bench/backend.py [--passages 520]
 
@@ -107,7 +108,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--passages", type=int, default=520)
     parser.add_argument("--max-length", type=int, default=256)
-    parser.add_argument("--models", default="minilm,qwen3")
+    parser.add_argument("--models", default="minilm,minilm-bf16,qwen3")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated names from CONFIGS")
     parser.add_argument("--model-dir", type=Path, default=Path("/tmp/rbln-bench-models"))
@@ -118,6 +119,7 @@ def main() -> None:
     texts = corpus(args.passages)
     models = {
         "minilm": ("all-MiniLM-L6-v2 (fp32)", minilm_path, "float32", list(CONFIGS)),
+        "minilm-bf16": ("all-MiniLM-L6-v2 (bf16)", minilm_path, "bfloat16", ["bundled", "stock vLLM"]),
         "qwen3": ("Qwen3-0.6B-shaped, random (bf16)", lambda: qwen3_shaped(args.model_dir), "bfloat16",
                   ["bundled", "stock vLLM", "one request/step padded (upstream RBLN)"]),
     }
