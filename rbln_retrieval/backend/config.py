@@ -5,8 +5,8 @@ Callers tune them through ``PoolingEngine(..., engine_kwargs={"additional_config
 - ``max_num_batched_tokens``: tokens per step, the largest bucket (default max(max_length, 4096));
 - ``buckets``: explicit token-count buckets (default: powers of two from 16 to 1024, then steps of 1024);
 - ``kernels``: "host" (the host default: vLLM's CPU kernels for attention and RMSNorm, called outside the graph,
-  and BERT blocks' GELU and residual adds written in place) or "static" (everything in torch ops traced into the bucket graph, masked bucket attention included: what the
-  NPU compiles, and always used there);
+  and BERT blocks' GELU and residual adds written in place) or "static" (everything in torch ops traced into the
+  bucket graph, masked bucket attention included: what the NPU compiles, and always used there);
 - ``host_compile_backend``: "none" (default: the host runs the same bucket-shaped forward without tracing it),
   "eager" (dynamo traces one graph per bucket) or "inductor"; ``strict_shapes`` always traces;
 - ``one_request_per_step``: reproduce upstream vllm-rbln's prefill (one prompt per step padded to max_length).

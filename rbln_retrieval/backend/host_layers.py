@@ -25,7 +25,9 @@ def _intermediate_forward(self: BertIntermediate, hidden_states: torch.Tensor) -
     return torch.ops.aten.gelu_(hidden_states)
 
 
-def _output_forward(self: BertOutput | BertSelfOutput, hidden_states: torch.Tensor, input_tensor: torch.Tensor) -> torch.Tensor:
+def _output_forward(
+    self: BertOutput | BertSelfOutput, hidden_states: torch.Tensor, input_tensor: torch.Tensor
+) -> torch.Tensor:
     hidden_states, _ = self.dense(hidden_states)
     hidden_states += input_tensor
     return self.LayerNorm(hidden_states)
