@@ -247,13 +247,15 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
+    from rbln_retrieval import cpu_features
     from rbln_retrieval.backend import rbln_runtime
     from rbln_retrieval.device import explain_auto
 
     rows = [("python", platform.python_version())]
     rows += [(label, _version(names)) for label, names in DOCTOR_PACKAGES]
-    flags = _cpu_flags()
-    rows.append(("cpu", f"{platform.machine()}, {os.cpu_count()} cores"))
+    flags = cpu_features.flags()
+    capped = " (ATEN_CPU_CAPABILITY caps it to AVX2)" if cpu_features.capped_to_avx2() else ""
+    rows.append(("cpu", f"{platform.machine()}, {os.cpu_count()} cores{capped}"))
     rows += [(label, ("yes" if flag in flags else "no") if flags else "unknown") for flag, label in CPU_FLAGS]
     found = rbln_runtime.probe()
     rows.append(("rbln runtime", "installed" if found.installed else "not installed"))
@@ -275,16 +277,6 @@ def _version(names: Sequence[str]) -> str:
     return "not installed"
 
 
-def _cpu_flags() -> set[str]:
-    """The CPU's feature flags from /proc/cpuinfo (Linux); empty when unknown."""
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8")
-    except OSError:
-        return set()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from rbln_retrieval import cpu_features
 from rbln_retrieval.families import ModelFamily
 
 # vLLM's CPU worker process binds its compute threads to all cores but one, which it reserves for the engine-core
@@ -24,22 +25,19 @@ def cpu_threads_env() -> dict[str, str]:
 
 
 def resolve_dtype(dtype: str, device: str) -> str:
-    """``"auto"`` on the CPU: bfloat16 where the CPU multiplies it natively (AVX512_BF16 or AMX), else float32.
+    """``"auto"`` on the CPU: bfloat16 where the CPU multiplies it natively (AVX512_BF16 or AMX), else float32;
+    an explicit bfloat16 on a CPU that emulates it runs, with one warning per process.
 
     vLLM's own "auto" turns float32 checkpoints into float16, which x86 CPUs emulate slowly. Pooling and
     normalization stay in float32 either way; bf16 keeps a min cosine of 0.9999 against float32 (bench/).
     """
-    if dtype != "auto" or device != "cpu":
+    if device != "cpu":
         return dtype
-    return "bfloat16" if _cpu_has_bf16() else "float32"
-
-
-def _cpu_has_bf16() -> bool:
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    if dtype == "auto":
+        return "bfloat16" if cpu_features.native_bf16() else "float32"
+    if dtype == "bfloat16" and not cpu_features.native_bf16():
+        cpu_features.warn_emulated_bf16()
+    return dtype
 
 
 def vllm_engine_kwargs(

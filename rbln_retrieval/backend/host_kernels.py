@@ -14,14 +14,23 @@ from torch import Tensor
 from vllm import ir
 from vllm.platforms import current_platform
 
+from rbln_retrieval import cpu_features
+
 current_platform.import_kernels()  # loads torch.ops._C
 PROVIDER = "rbln_host"
 SUPPORTED = hasattr(torch.ops._C, "rms_norm") and hasattr(torch.ops._C, "fused_add_rms_norm")
 
 
+# vLLM's AVX2 kernel build converts float32 to bfloat16 by truncation, not round-to-nearest: its bf16 RMSNorm
+# lands up to 2.8 units in the last place from the exact value where the torch implementation lands within 1.4,
+# and the truncated residual sums drift downward layer after layer. bf16 is emulated (and slow) on those CPUs
+# anyway, so bf16 keeps the torch implementation there.
+EXACT_DTYPES = (torch.float32, torch.bfloat16) if cpu_features.avx512() else (torch.float32,)
+
+
 def _weighted_same_dtype(x: Tensor, weight: Tensor | None, variance_size: int | None) -> bool:
     # The C kernels take a weight of the input's dtype and normalise over the whole last dimension.
-    return weight is not None and weight.dtype == x.dtype and variance_size is None
+    return weight is not None and weight.dtype == x.dtype and x.dtype in EXACT_DTYPES and variance_size is None
 
 
 @ir.ops.rms_norm.register_impl(

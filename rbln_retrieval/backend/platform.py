@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from vllm.platforms.cpu import CpuPlatform
+from vllm.platforms.interface import CpuArchEnum
 
 from rbln_retrieval.backend.config import BundledConfig
 
@@ -24,6 +25,21 @@ class BundledPlatform(CpuPlatform):
         if BundledConfig.requested(vllm_config) and vllm_config.parallel_config.worker_cls == "auto":
             vllm_config.parallel_config.worker_cls = WORKER
         super().check_and_update_config(vllm_config)
+
+    @classmethod
+    def import_kernels(cls) -> None:
+        """vLLM picks its kernel build (AVX-512 BF16, AVX-512, AVX2) from the hardware alone; under ATen's AVX2
+        capability cap this process loads the AVX2 build, so the whole process computes as that CPU class."""
+        from rbln_retrieval import cpu_features
+
+        if not (cpu_features.capped_to_avx2() and cls.get_cpu_architecture() == CpuArchEnum.X86):
+            return super().import_kernels()
+        try:
+            import vllm._C_AVX2  # noqa: F401
+        except ImportError as exc:
+            # The library loads and registers its ops even though Python finds no module init in it.
+            if "does not define module export function" not in str(exc):
+                raise
 
     @classmethod
     def import_ir_kernels(cls) -> None:
