@@ -67,9 +67,11 @@ def vllm_engine_kwargs(
         settings = dict(additional.pop(CONFIG_KEY, None) or {})
         if "max_num_batched_tokens" in extra:
             settings["max_num_batched_tokens"] = extra.pop("max_num_batched_tokens")
+        from rbln_retrieval.backend import rbln_runtime
+
         bundled = engine_overrides(
             target=target, max_length=family.max_length, model=str(model_dir), dtype=dtype,
-            strict_shapes=strict_shapes, user=settings,
+            strict_shapes=strict_shapes, user=settings, soc=rbln_runtime.npu_name() if target == "rbln" else None,
         )
         bundled["additional_config"] = {**additional, **bundled["additional_config"]}
         kwargs = vllm_engine_kwargs(

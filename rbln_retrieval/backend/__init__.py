@@ -16,6 +16,7 @@ from contextlib import contextmanager
 logger = logging.getLogger(__name__)
 
 ACTIVATE_ENV = "RBLN_RETRIEVAL_BACKEND"
+PLUGIN_NAME = "rbln_retrieval"  # the entry point's name in pyproject.toml
 TARGETS = ("host", "rbln")
 PLATFORM = "rbln_retrieval.backend.platform.BundledPlatform"
 # The bundled runner subclasses vLLM's V1 runner; V2 would otherwise be picked wherever Triton has a CPU backend.
@@ -57,10 +58,15 @@ def claim_platform() -> bool:
 @contextmanager
 def activated(target: str | None, env: dict[str, str] | None = None) -> Iterator[None]:
     """Environment for vLLM processes started inside the block: the plugin on ``target``, or off for None,
-    plus ``env``."""
+    plus ``env``.
+
+    vLLM refuses to start when two out-of-tree platform plugins activate (the official vllm-rbln plugin installed
+    beside this package would be the second), so our engines load our plugin alone, and stock engines none.
+    """
     if target is not None and target not in TARGETS:
         raise ValueError(f"target={target!r} is not one of {TARGETS}.")
-    wanted = {ACTIVATE_ENV: target, **(_ENGINE_ENV if target else {}), **(env or {})}
+    plugins = {"VLLM_PLUGINS": PLUGIN_NAME if target else ""}
+    wanted = {ACTIVATE_ENV: target, **plugins, **(_ENGINE_ENV if target else {}), **(env or {})}
     saved = {name: os.environ.get(name) for name in wanted}
     try:
         for name, value in wanted.items():

@@ -7,7 +7,8 @@ That keeps it correct when vLLM wraps it for encoder-only layers (the wrapper fo
 arguments and sets ``causal=False``).
 
 Two implementations (``BundledConfig.kernels``), both parity-tested against the stock runner:
-- ``static``: the whole bucket in one masked attention whose shapes depend on the bucket only, traced into
+- ``static``: the whole bucket in one masked attention (additive float mask, explicit matmuls and softmax) whose
+  shapes depend on the bucket only, traced into
   the compiled graph (the platform turns vLLM's opaque attention op off for it): what a static-shape NPU graph
   needs. Padding rows attend to themselves so they stay finite.
 - ``host``: vLLM's own variable-length CPU kernel on the real tokens only, behind vLLM's opaque attention op,
@@ -23,7 +24,6 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
-import torch.nn.functional as F
 from vllm.config import VllmConfig
 from vllm.v1.attention.backend import AttentionImpl, AttentionMetadataBuilder, AttentionType, CommonAttentionMetadata
 from vllm.v1.attention.backends.cpu_attn import (
@@ -82,8 +82,9 @@ class PackedAttentionMetadataBuilder(AttentionMetadataBuilder[PackedAttentionMet
                 "caching is on); start the engine through rbln_retrieval so both are off."
             )
         causal = bool(cm.causal) and not self.encoder_only
-        seq_ids = torch.full((bucket,), -1, dtype=torch.int64)
-        seq_ids[:real] = torch.repeat_interleave(torch.arange(cm.num_reqs), query_lens)
+        # int32 sequence indices, as vllm-rbln casts them for the NPU.
+        seq_ids = torch.full((bucket,), -1, dtype=torch.int32)
+        seq_ids[:real] = torch.repeat_interleave(torch.arange(cm.num_reqs, dtype=torch.int32), query_lens)
         host = None
         if self.kernel is not None:
             real_cm = CommonAttentionMetadata(
@@ -170,20 +171,27 @@ class PackedAttentionImpl(AttentionImpl[PackedAttentionMetadata]):
 def packed_attention(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, seq_ids: torch.Tensor, causal: bool, scale: float
 ) -> torch.Tensor:
-    """Block-diagonal attention over a packed bucket, in query tiles; every shape depends on the bucket only."""
+    """Block-diagonal attention over a packed bucket in query tiles, written as an NPU compiler lowers it (and as
+    optimum-rbln's BERT and transformers' eager attention write it): matmuls, an additive float mask, a float32
+    softmax. Every shape depends on the bucket only."""
     tokens, heads, _ = query.shape
     if key.shape[1] != heads:  # grouped-query attention
         key = key.repeat_interleave(heads // key.shape[1], dim=1)
         value = value.repeat_interleave(heads // value.shape[1], dim=1)
     q, k, v = (t.transpose(0, 1) for t in (query, key, value))
-    positions = torch.arange(tokens)
+    keys_t = k.transpose(1, 2)
+    positions = torch.arange(tokens, dtype=torch.int32)
+    blocked = torch.finfo(torch.float32).min
     tiles = []
     for start in range(0, tokens, TILE):
         rows = slice(start, min(start + TILE, tokens))
-        mask = seq_ids[rows, None] == seq_ids[None, :]
+        allowed = seq_ids[rows, None] == seq_ids[None, :]
         if causal:
-            mask &= positions[rows, None] >= positions[None, :]
-        tiles.append(F.scaled_dot_product_attention(q[:, rows], k, v, attn_mask=mask, scale=scale))
+            allowed = allowed & (positions[rows, None] >= positions[None, :])
+        bias = torch.where(allowed, 0.0, blocked)
+        scores = torch.matmul(q[:, rows], keys_t).float() * scale + bias
+        probs = torch.softmax(scores, dim=-1).to(v.dtype)
+        tiles.append(torch.matmul(probs, v))
     return torch.cat(tiles, dim=1).transpose(0, 1)
 
 

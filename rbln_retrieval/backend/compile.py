@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,29 +24,94 @@ class CompiledGraph:
     bucket: int | None  # the step's bucket when dynamo compiled this graph
     input_shapes: dict[str, tuple[int, ...]]  # graph placeholder -> shape (parameters left out)
     after_warmup: bool
+    ops: list[str]  # what the graph calls, as dynamo hands it to the backend ("torch._C._nn.linear", "_C.onednn_mm")
+    lifted_weights: int  # module parameters and buffers handed to the backend as graph inputs
+
+
+def _is_static_input(value: Any) -> bool:
+    """Dynamo marks the module parameters and buffers it lifts into graph inputs as static inputs."""
+    return isinstance(value, torch.Tensor) and getattr(value, "_dynamo_static_input_type", None) is not None
+
+
+def weights_as_module_state(
+    gm: torch.fx.GraphModule, example_inputs: list[Any], shared: dict[int, torch.Tensor]
+) -> tuple[torch.fx.GraphModule, list[int]]:
+    """A copy of ``gm`` whose weights, which dynamo passes as graph inputs, are module state again (``get_attr``
+    nodes on the same storage, as plain tensors: vLLM's parameter subclasses carry loader hooks a compiler has no
+    use for), and the indices of the inputs that remain (the step's own). ``shared`` hands every graph the same
+    tensor objects.
+
+    vllm-rbln keeps weights out of the inputs with dynamo's ``inline_inbuilt_nn_modules`` off, a flag torch >= 2.6
+    ignores (it always inlines, lifting every parameter and buffer). The NPU compiler takes weights as module
+    state: one copy on the device, shared by every bucket graph compiled in one context.
+    """
+    graph = torch.fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    state = torch.fx.GraphModule(gm, graph)
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    kept = []
+    for index, (node, value) in enumerate(zip(placeholders, example_inputs)):
+        if not _is_static_input(value):
+            kept.append(index)
+            continue
+        if id(value) not in shared:
+            plain = value.as_subclass(torch.Tensor).detach()
+            is_parameter = isinstance(value, torch.nn.Parameter)
+            shared[id(value)] = torch.nn.Parameter(plain, requires_grad=False) if is_parameter else plain
+        weight = shared[id(value)]
+        if isinstance(weight, torch.nn.Parameter):
+            state.register_parameter(node.name, weight)
+        else:
+            state.register_buffer(node.name, weight)
+        with graph.inserting_before(node):
+            attribute = graph.get_attr(node.name)
+        node.replace_all_uses_with(attribute)
+        graph.erase_node(node)
+    graph.lint()
+    state.recompile()
+    return state, kept
+
+
+def _op_name(target: Any) -> str:
+    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return str(target)  # "aten.mm.default", "_C.onednn_mm.default"
+    if isinstance(target, str):  # call_method
+        return f"Tensor.{target}"
+    module = getattr(target, "__module__", None) or ""
+    return f"{module}.{getattr(target, '__name__', repr(target))}".lstrip(".")
+
+
+def graph_ops(gm: torch.fx.GraphModule) -> list[str]:
+    return sorted({_op_name(n.target) for n in gm.graph.nodes if n.op in ("call_function", "call_method")})
 
 
 @dataclass
 class RecordingBackend:
-    """Wraps a torch.compile backend; records every graph it is handed and, when strict, refuses late ones."""
+    """Wraps a torch.compile backend; records every graph it is handed and, when strict, refuses late ones.
+    torch.compile's ``options`` for the backend reach ``inner`` unchanged."""
 
     inner: Any
-    options: dict[str, Any] | None = None
     strict: bool = False
+    weights_as_state: bool = False  # hand ``inner`` the weights as module state, not as graph inputs
     current_bucket: int | None = None
     warmed_up: bool = False
     graphs: list[CompiledGraph] = field(default_factory=list)
+    _weights: dict[int, torch.Tensor] = field(default_factory=dict, repr=False)  # one tensor per weight, all graphs
 
-    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-        # Step inputs only: lifted parameters, buffers and 0-d constants do not depend on the step.
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:
+        kept: Sequence[int] = range(len(example_inputs))
+        if self.weights_as_state:
+            gm, kept = weights_as_module_state(gm, example_inputs, self._weights)
+        inputs = [example_inputs[i] for i in kept]
         names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+        # Step inputs only: weights and 0-d constants do not depend on the step.
         shapes = {
             name: tuple(t.shape)
-            for name, t in zip(names, example_inputs)
-            if isinstance(t, torch.Tensor) and not isinstance(t, torch.nn.Parameter) and t.dim() > 0
-            and "_modules_" not in name and "_parameters_" not in name and "_buffers_" not in name
+            for name, t in zip(names, inputs)
+            if isinstance(t, torch.Tensor) and t.dim() > 0 and not _is_static_input(t)
         }
-        self.graphs.append(CompiledGraph(self.current_bucket, shapes, self.warmed_up))
+        lifted = sum(_is_static_input(t) for t in inputs)
+        self.graphs.append(CompiledGraph(self.current_bucket, shapes, self.warmed_up, graph_ops(gm), lifted))
         if self.warmed_up:
             logger.warning("Compiling a graph after warmup (bucket %s): %s", self.current_bucket, shapes)
             if self.strict:
@@ -54,13 +119,15 @@ class RecordingBackend:
                     f"strict_shapes: a graph was compiled after warmup for bucket {self.current_bucket} "
                     f"with input shapes {shapes}."
                 )
-        if isinstance(self.inner, str):
+        inner = self.inner
+        if isinstance(inner, str):
             from torch._dynamo.backends.registry import lookup_backend
 
-            return lookup_backend(self.inner)(gm, example_inputs)
-        if self.options is not None:
-            return self.inner(gm, example_inputs, options=dict(self.options))
-        return self.inner(gm, example_inputs)
+            inner = lookup_backend(inner)
+        compiled = inner(gm, inputs, **kwargs)
+        if not self.weights_as_state:
+            return compiled
+        return lambda *args: compiled(*(args[i] for i in kept))
 
     @property
     def compiles_after_warmup(self) -> int:
@@ -78,17 +145,19 @@ def strict_errors() -> Iterator[None]:
         raise
 
 
-def recording_backend(bundled: Any) -> RecordingBackend:
-    """The target's compile backend (from rbln_runtime, the only module that touches rebel), recorded."""
+def recording_backend(bundled: Any) -> tuple[RecordingBackend, dict[str, Any] | None]:
+    """The target's compile backend (from rbln_runtime, the only module that touches rebel), recorded, and the
+    options torch.compile takes with it."""
     from rbln_retrieval.backend import rbln_runtime
 
     cache_dir = bundled.cache_dir()
     cache_dir.mkdir(parents=True, exist_ok=True)
     if bundled.target == "rbln":
-        chosen = rbln_runtime.rbln_compile_backend(cache_dir)
+        chosen = rbln_runtime.rbln_compile_backend(cache_dir, compile_only=bundled.compile_only)
     else:
         chosen = rbln_runtime.host_compile_backend(bundled.host_compile_backend, cache_dir)
-    return RecordingBackend(chosen.backend, chosen.options, strict=bundled.strict_shapes)
+    recorder = RecordingBackend(chosen.backend, strict=bundled.strict_shapes, weights_as_state=bundled.target == "rbln")
+    return recorder, chosen.options
 
 
 MANIFEST = "graphs.json"
@@ -100,7 +169,7 @@ def write_manifest(cache_dir: Path, buckets: list[int], graphs: list[CompiledGra
     manifest = {
         "buckets": buckets,
         "torch": torch.__version__,
-        "graphs": [{"bucket": g.bucket, "input_shapes": g.input_shapes} for g in graphs],
+        "graphs": [{"bucket": g.bucket, "input_shapes": g.input_shapes, "ops": g.ops} for g in graphs],
     }
     tmp = cache_dir / f"{MANIFEST}.tmp"
     tmp.write_text(json.dumps(manifest, indent=1))

@@ -3,13 +3,17 @@
 Callers tune them through ``PoolingEngine(..., engine_kwargs={"additional_config": {"rbln_retrieval": {...}}})``:
 
 - ``max_num_batched_tokens``: tokens per step, the largest bucket (default max(max_length, 4096));
-- ``buckets``: explicit token-count buckets (default: powers of two from 16 to 1024, then steps of 1024);
+- ``buckets``: explicit token-count buckets (default: ``buckets.derive_buckets``, at most 16);
+- ``step_cost_tokens``: a step's fixed cost in tokens, which the packing scheduler weighs against padding
+  (default 64; raise it where a graph launch costs more than that much compute);
 - ``kernels``: "host" (the host default: vLLM's CPU kernels for attention and RMSNorm, called outside the graph,
   and BERT blocks' GELU and residual adds written in place) or "static" (everything in torch ops traced into the
   bucket graph, masked bucket attention included: what the NPU compiles, and always used there);
 - ``host_compile_backend``: "none" (default: the host runs the same bucket-shaped forward without tracing it),
   "eager" (dynamo traces one graph per bucket) or "inductor"; ``strict_shapes`` always traces;
-- ``one_request_per_step``: reproduce upstream vllm-rbln's prefill (one prompt per step padded to max_length).
+- ``one_request_per_step``: reproduce upstream vllm-rbln's prefill (one prompt per step padded to max_length);
+- ``compile_only``: rbln target only: compile and cache every bucket graph for ``soc`` on a host without an NPU
+  (``rbln-retrieval compile``); the graphs' outputs are meaningless there.
 """
 
 from __future__ import annotations
@@ -21,31 +25,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from rbln_retrieval.backend.buckets import derive_buckets
+from rbln_retrieval.backend.vllm_compat import NATIVE_CUSTOM_OPS
+
 CONFIG_KEY = "rbln_retrieval"
-# Powers of two up to this many tokens, then steps of this size: bounds a full step's padding at a few percent
-# while keeping the number of compiled graphs (one per bucket) small.
-LINEAR_FROM = 1024
-SMALLEST_BUCKET = 16
 DEFAULT_MAX_TOKENS_PER_STEP = 4096
-
-
-def derive_buckets(max_length: int, max_num_batched_tokens: int) -> list[int]:
-    """Token-count buckets covering 1..max_num_batched_tokens (which must hold one full prompt)."""
-    if max_num_batched_tokens < max_length:
-        raise ValueError(
-            f"max_num_batched_tokens={max_num_batched_tokens} is below max_length={max_length}; "
-            "a step must hold one whole prompt."
-        )
-    buckets, size = [], SMALLEST_BUCKET
-    while size < min(max_num_batched_tokens, LINEAR_FROM):
-        buckets.append(size)
-        size *= 2
-    size = min(size, LINEAR_FROM)
-    while size < max_num_batched_tokens:
-        buckets.append(size)
-        size += LINEAR_FROM
-    buckets.append(max_num_batched_tokens)
-    return buckets
+# A step's fixed cost (graph launch, step bookkeeping) in tokens of compute: the packing scheduler splits a
+# partly filled step into smaller buckets only where that saves more padding than the extra steps cost.
+DEFAULT_STEP_COST_TOKENS = 64
 
 
 def cache_root() -> Path:
@@ -64,6 +51,8 @@ class BundledConfig:
     strict_shapes: bool = False
     # Upstream vllm-rbln's prefill: one request per step padded to a single bucket (for comparison only).
     one_request_per_step: bool = False
+    step_cost_tokens: int = DEFAULT_STEP_COST_TOKENS
+    compile_only: bool = False
     cache_key: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -91,9 +80,14 @@ class BundledConfig:
 
     def cache_dir(self) -> Path:
         """Compile artifacts for this model and configuration; the same key on the next start reuses them."""
-        key = json.dumps({**asdict(self), "strict_shapes": None}, sort_keys=True, default=str)
+        # Settings that change no graph leave the key alone: a compile-only build serves the NPU host's start.
+        unkeyed = {"strict_shapes": None, "compile_only": None, "step_cost_tokens": None}
+        key = json.dumps({**asdict(self), **unkeyed}, sort_keys=True, default=str)
         name = Path(str(self.cache_key.get("model", "model"))).name or "model"
         return cache_root() / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+
+TUNABLE = ("kernels", "host_compile_backend", "one_request_per_step", "step_cost_tokens", "compile_only")
 
 
 def engine_overrides(
@@ -104,8 +98,10 @@ def engine_overrides(
     dtype: str,
     strict_shapes: bool,
     user: dict[str, Any],
+    soc: str | None = None,
 ) -> dict[str, Any]:
-    """vLLM engine arguments for the bundled runner; ``user`` holds the caller's ``additional_config`` entry."""
+    """vLLM engine arguments for the bundled runner; ``user`` holds the caller's ``additional_config`` entry and
+    ``soc`` names the NPU the rbln target compiles for (part of the compile-cache key)."""
     settings = dict(user)
     one_per_step = bool(settings.get("one_request_per_step", False))
     max_tokens = int(settings.pop("max_num_batched_tokens", max(max_length, DEFAULT_MAX_TOKENS_PER_STEP)))
@@ -124,16 +120,20 @@ def engine_overrides(
         target=target,  # type: ignore[arg-type]
         buckets=tuple(buckets),
         strict_shapes=strict_shapes,
-        cache_key={"model": model, "dtype": dtype, "max_length": max_length, "vllm": vllm_version},
-        **{k: v for k, v in settings.items() if k in ("kernels", "host_compile_backend", "one_request_per_step")},
+        cache_key={"model": model, "dtype": dtype, "max_length": max_length, "vllm": vllm_version, "soc": soc},
+        **{k: v for k, v in settings.items() if k in TUNABLE},
     )
-    unknown = set(settings) - {"kernels", "host_compile_backend", "one_request_per_step"}
+    unknown = set(settings) - set(TUNABLE)
     if unknown:
         raise ValueError(f"Unknown bundled-runner settings {sorted(unknown)} in additional_config[{CONFIG_KEY!r}].")
+    if bundled.compile_only and target != "rbln":
+        raise ValueError("compile_only compiles for an NPU; it needs device='rbln'.")
     if target == "rbln" and bundled.kernels == "host":
         # vLLM's CPU kernels cannot run inside an NPU graph: the NPU always takes the static path.
         bundled = BundledConfig(**{**asdict(bundled), "kernels": "static"})
+    static = {"compilation_config": {"custom_ops": NATIVE_CUSTOM_OPS}} if bundled.kernels == "static" else {}
     return {
+        **static,
         "worker_cls": "rbln_retrieval.backend.worker.BundledWorker",
         # Fills each step's budget before the runner pads it to a bucket.
         "scheduler_cls": "rbln_retrieval.backend.packing.PackingScheduler",

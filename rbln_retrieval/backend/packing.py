@@ -5,45 +5,94 @@ first prompt that does not fit. A full step then ends about half a prompt short 
 pads that gap. Before each step this scheduler moves later prompts that fit the gap up behind the ones FCFS would
 admit (first fit over a bounded lookahead). Every prompt FCFS would put into a step is still in it; only prompts
 that would otherwise wait for a later step move forward, so the oldest prompt never waits longer.
+
+When what waits cannot fill the largest bucket (the tail of a call, or a small call), the step's budget becomes
+the bucket that computes the fewest tokens per useful token, a step's fixed cost counted in: a 1,100-token tail
+runs as a 1,024-token step and a small one rather than one step padded to 1,536. The oldest prompt is always in
+the step.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
+from collections.abc import Sequence
 from typing import Any
 
 from vllm.v1.core.sched.request_queue import SchedulingPolicy
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request
 
+from rbln_retrieval.backend.config import BundledConfig
+
 # Prompts examined per step: enough to find a gap-filler in a mixed-length queue, cheap at any queue length.
 LOOKAHEAD = 256
+# A step that fills this much of the largest bucket runs as is: splitting it would only add steps.
+FULL = 0.95
+
+
+def _first_fit(sizes: Sequence[int], budget: int, max_requests: int) -> tuple[list[int], int]:
+    """Indices of ``sizes`` a first-fit packing into ``budget`` tokens and ``max_requests`` requests takes."""
+    taken, used = [], 0
+    for i, tokens in enumerate(sizes):
+        if len(taken) < max_requests and used + tokens <= budget:
+            taken.append(i)
+            used += tokens
+    return taken, used
+
+
+def choose_budget(sizes: Sequence[int], buckets: Sequence[int], max_requests: int, step_cost: int) -> int:
+    """The step budget for prompts of ``sizes`` tokens (oldest first): the largest bucket when they fill it,
+    else the bucket with the most useful tokens per computed token plus ``step_cost``."""
+    largest = buckets[-1]
+    if _first_fit(sizes, largest, max_requests)[1] >= FULL * largest:
+        return largest
+    best, best_rate = largest, -1.0
+    for bucket in buckets:
+        if bucket < sizes[0]:
+            continue
+        rate = _first_fit(sizes, bucket, max_requests)[1] / (bucket + step_cost)
+        if rate > best_rate:
+            best, best_rate = bucket, rate
+    return best
 
 
 def pack_front(waiting: deque[Request], budget: int, max_requests: int, lookahead: int = LOOKAHEAD) -> None:
     """Reorder the front of ``waiting`` so that FCFS admission up to the first misfit takes a first-fit packing
     of the next ``lookahead`` prompts into ``budget`` tokens and ``max_requests`` requests."""
     window = [waiting.popleft() for _ in range(min(lookahead, len(waiting)))]
-    admitted: list[Request] = []
-    deferred: list[Request] = []
-    used = 0
-    for request in window:
-        tokens = request.num_tokens - request.num_computed_tokens
-        if len(admitted) < max_requests and used + tokens <= budget:
-            admitted.append(request)
-            used += tokens
-        else:
-            deferred.append(request)
+    taken, _ = _first_fit([_tokens(r) for r in window], budget, max_requests)
+    chosen = set(taken)
+    admitted = [window[i] for i in taken]
+    deferred = [r for i, r in enumerate(window) if i not in chosen]
     waiting.extendleft(reversed(admitted + deferred))
 
 
+def _tokens(request: Request) -> int:
+    return request.num_tokens - request.num_computed_tokens
+
+
 class PackingScheduler(Scheduler):
-    """vLLM's scheduler with the waiting queue's front packed before each step (FCFS policy only: a priority
-    queue's order is the caller's to set)."""
+    """vLLM's scheduler with each step's budget chosen among the buckets and the waiting queue's front packed
+    into it (FCFS policy only: a priority queue's order is the caller's to set)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        bundled = BundledConfig.from_vllm_config(self.vllm_config)
+        self.buckets = [b for b in bundled.buckets if b <= self.max_num_scheduled_tokens]
+        self.step_cost = bundled.step_cost_tokens
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         # Pooling requests finish in the step that computes them; with requests still running (another
         # workload) their share of the budget is unknown here, and FCFS is left as it is.
-        if self.policy == SchedulingPolicy.FCFS and not self.running and len(self.waiting) > 1:
-            pack_front(self.waiting, self.max_num_scheduled_tokens, self.max_num_running_reqs)
-        return super().schedule(*args, **kwargs)
+        if self.policy != SchedulingPolicy.FCFS or self.running or len(self.waiting) < 2:
+            return super().schedule(*args, **kwargs)
+        largest = self.max_num_scheduled_tokens
+        window = [_tokens(r) for r in itertools.islice(self.waiting, LOOKAHEAD)]
+        budget = choose_budget(window, self.buckets, self.max_num_running_reqs, self.step_cost)
+        pack_front(self.waiting, budget, self.max_num_running_reqs)
+        self.max_num_scheduled_tokens = budget
+        try:
+            return super().schedule(*args, **kwargs)
+        finally:
+            self.max_num_scheduled_tokens = largest

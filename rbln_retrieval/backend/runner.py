@@ -35,6 +35,7 @@ from rbln_retrieval.backend.compile import (
 from rbln_retrieval.backend.config import BundledConfig
 from rbln_retrieval.backend.host_layers import write_in_place
 from rbln_retrieval.backend.pooling import TaskHead, decompose, pooling_weights
+from rbln_retrieval.backend.vllm_compat import linear_weights_kept
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +58,8 @@ class BundledModelRunner(CPUModelRunner):
     def __init__(self, vllm_config: Any, device: torch.device):
         super().__init__(vllm_config, device)
         self.bundled = BundledConfig.from_vllm_config(vllm_config)
+        # The NPU's formulation: torch ops only, real weights, nothing of vLLM's CPU dispatch in the graph.
+        self.static = self.bundled.kernels == "static"
         self.counters = StepCounters()
         self._bucket: int | None = None
         self._pooled: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None
@@ -70,7 +73,11 @@ class BundledModelRunner(CPUModelRunner):
 
     # -- model and graph -----------------------------------------------------------------------------------
     def load_model(self, load_dummy_weights: bool = False) -> None:
-        super().load_model(load_dummy_weights)
+        if self.static:
+            with linear_weights_kept():
+                super().load_model(load_dummy_weights)
+        else:
+            super().load_model(load_dummy_weights)
         if not self.is_pooling_model:
             raise RuntimeError("The bundled runner serves pooling models only; start the engine with runner='pooling'.")
         self.heads = decompose(self.model.pooler, list(self.get_supported_pooling_tasks()))
@@ -80,11 +87,13 @@ class BundledModelRunner(CPUModelRunner):
             self.in_place_blocks = write_in_place(self.model)
         self._graph = self._forward_and_pool
         if self.bundled.traced:
-            self.compile_backend = recording_backend(self.bundled)
+            self.compile_backend, options = recording_backend(self.bundled)
             self.cache_reused = (self.bundled.cache_dir() / MANIFEST).is_file()
             allow_recompiles(len(self.bundled.buckets) + 8)
             self._graph_breaks_at_start = graph_breaks()
-            self._graph = torch.compile(_own_code(self._forward_and_pool), backend=self.compile_backend, dynamic=False)
+            self._graph = torch.compile(
+                _own_code(self._forward_and_pool), backend=self.compile_backend, options=options, dynamic=False
+            )
         logger.info("Bundled runner (%s): buckets %s, cache %s", self.bundled.target, self.bundled.buckets,
                     self.bundled.cache_dir())
 
@@ -96,6 +105,10 @@ class BundledModelRunner(CPUModelRunner):
         token_type_ids: torch.Tensor | None,
     ) -> tuple[torch.Tensor, dict[str, tuple[torch.Tensor, torch.Tensor]]]:
         extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+        if self.static:
+            # vLLM's BERT folds token types into input_ids and strips them again, both in place: on a copy, the
+            # graph never writes into its own input.
+            input_ids = input_ids.clone()
         hidden = self.model(input_ids=input_ids, positions=positions, intermediate_tensors=None, inputs_embeds=None, **extra)
         rows = hidden.float()
         pooled = {task: head.in_graph(weights[head.method] @ rows) for task, head in self.heads.items()}
@@ -209,7 +222,9 @@ class BundledModelRunner(CPUModelRunner):
             "compiles_after_warmup": sum(g.after_warmup for g in graphs),
             "graph_breaks": graph_breaks() - self._graph_breaks_at_start if self.bundled.traced else 0,
             "graphs": [
-                {"bucket": g.bucket, "input_shapes": g.input_shapes, "after_warmup": g.after_warmup} for g in graphs
+                {"bucket": g.bucket, "input_shapes": g.input_shapes, "after_warmup": g.after_warmup, "ops": g.ops,
+                 "lifted_weights": g.lifted_weights}
+                for g in graphs
             ],
             "pooling_in_graph": sorted(self.heads),
             "kv_cache_groups": {
@@ -222,6 +237,8 @@ class BundledModelRunner(CPUModelRunner):
                  for b in g.metadata_builders}
             ),
             "compile_cache": {"dir": str(self.bundled.cache_dir()), "reused": self.cache_reused},
+            "compile_only": self.bundled.compile_only,
+            "soc": self.bundled.cache_key.get("soc"),
         }
 
 

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from rbln_retrieval import backend
 from rbln_retrieval.backend.config import BundledConfig, derive_buckets, engine_overrides
-from rbln_retrieval.backend.packing import pack_front
+from rbln_retrieval.backend.packing import choose_budget, pack_front
 from rbln_retrieval.backend.pooling import pooling_weights
 from tolerances import FP32_ACROSS_KERNELS, rounding_bound
 
@@ -35,9 +35,12 @@ def test_plugin_is_off_unless_an_engine_activates_it(monkeypatch):
 
 
 def test_buckets_cover_every_step_size():
-    assert derive_buckets(256, 4096) == [16, 32, 64, 128, 256, 512, 1024, 2048, 3072, 4096]
-    assert derive_buckets(512, 512) == [16, 32, 64, 128, 256, 512]
-    assert derive_buckets(512, 1500) == [16, 32, 64, 128, 256, 512, 1024, 1500]
+    assert derive_buckets(256, 4096) == [16, 32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096]
+    assert derive_buckets(512, 512) == [16, 32, 64, 128, 256, 384, 512]
+    assert derive_buckets(512, 1500) == [16, 32, 64, 128, 256, 384, 512, 768, 1024, 1500]
+    # A long budget (Qwen3's 32k context) keeps to 16 graphs: the smallest midpoints go first.
+    long = derive_buckets(32768, 32768)
+    assert len(long) == 16 and long[:6] == [16, 32, 64, 128, 256, 512] and long[-3:] == [16384, 24576, 32768]
     with pytest.raises(ValueError, match="below max_length"):
         derive_buckets(512, 256)
     config = BundledConfig(buckets=(16, 64, 512))
@@ -92,6 +95,18 @@ def test_packing_fills_the_step_fcfs_would_leave_short():
     queue = deque(_Prompt(name, tokens) for name, tokens in [("a", 4000), ("b", 500), ("c", 90), ("d", 5)])
     pack_front(queue, budget=4096, max_requests=8, lookahead=2)
     assert [p.name for p in queue] == ["a", "b", "c", "d"]
+
+
+def test_step_budget_is_the_cheapest_bucket_for_what_waits():
+    buckets = [16, 32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096]
+    # A queue that fills the largest bucket keeps it: splitting would only add steps.
+    assert choose_budget([200] * 40, buckets, 256, step_cost=64) == 4096
+    # A 1,100-token tail: a full 1,024-token step and a small one beat one step padded to 1,536.
+    assert choose_budget([100] * 11, buckets, 256, step_cost=64) == 1024
+    # The oldest prompt always fits the chosen budget, however well smaller buckets would fill.
+    assert choose_budget([700, 10, 10], buckets, 256, step_cost=64) == 768
+    # A large step cost keeps a tail in one step.
+    assert choose_budget([100] * 11, buckets, 256, step_cost=10_000) == 1536
 
 
 def test_engine_overrides_schedule_with_packing():

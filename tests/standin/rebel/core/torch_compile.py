@@ -1,0 +1,94 @@
+"""Stand-in for rebel's torch.compile backend: lowers each graph to ATen, checks the NPU graph contract, records
+what it saw, and runs the lowered graph on the CPU.
+
+The contract (what an NPU compiler that lowers ATen and takes weights as module state needs):
+- every op is in ``aten``, ``prims`` or ``rbln_custom_ops`` (none of vLLM's ``_C`` CPU kernels or ``vllm`` ops);
+- no write into a graph input (checked after functionalization: such writes become copies into placeholders);
+- no weight passed as a graph input, and no empty weight (vLLM's CPU repacking leaves empty parameters);
+- only float32, bfloat16, float16, int32, int64 and bool tensors.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+ALLOWED_NAMESPACES = {"aten", "prims", "rbln_custom_ops"}
+ALLOWED_DTYPES = {torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.int64, torch.bool}
+MODULE_STATE_MARKERS = ("_parameters_", "_buffers_", "_modules_")
+
+
+class GraphContractError(RuntimeError):
+    """A graph the NPU compiler could not take."""
+
+
+@dataclass
+class Compiled:
+    ops: list[str]  # "aten.mm.default", ... of the lowered graph
+    input_shapes: list[tuple[int, ...]]
+    input_dtypes: list[str]
+    weights: int  # parameters and buffers held as module state
+    options: dict[str, Any]
+    rbln_devices: str | None
+    violations: list[str] = field(default_factory=list)
+
+
+COMPILED: list[Compiled] = []
+
+
+def _lower(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> torch.fx.GraphModule:
+    return make_fx(torch.func.functionalize(gm, remove="mutations_and_views"), tracing_mode="real")(*example_inputs)
+
+
+def _violations(gm: torch.fx.GraphModule, lowered: torch.fx.GraphModule, example_inputs: list[Any]) -> list[str]:
+    found = []
+    names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    for name, value in zip(names, example_inputs):
+        if isinstance(value, torch.nn.Parameter) or any(m in name for m in MODULE_STATE_MARKERS):
+            found.append(f"weight passed as graph input: {name}")
+        if isinstance(value, torch.Tensor) and value.dtype not in ALLOWED_DTYPES:
+            found.append(f"input {name} has dtype {value.dtype}")
+    for name, tensor in [*gm.named_parameters(), *gm.named_buffers()]:
+        if tensor.numel() == 0:
+            found.append(f"empty weight: {name}")
+        if tensor.dtype not in ALLOWED_DTYPES:
+            found.append(f"weight {name} has dtype {tensor.dtype}")
+    placeholders = {n for n in lowered.graph.nodes if n.op == "placeholder"}
+    for node in lowered.graph.nodes:
+        if node.op != "call_function":
+            continue
+        target = node.target
+        if isinstance(target, torch._ops.OpOverload):
+            if target.namespace not in ALLOWED_NAMESPACES:
+                found.append(f"op outside ATen: {target}")
+            if target is torch.ops.aten.copy_.default and node.args[0] in placeholders:
+                found.append(f"write into graph input {node.args[0].name}")
+        value = node.meta.get("val")
+        if isinstance(value, torch.Tensor) and value.dtype not in ALLOWED_DTYPES:
+            found.append(f"{node.name} has dtype {value.dtype}")
+    return sorted(set(found))
+
+
+def rbln_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], options: dict[str, Any] | None = None):
+    options = dict(options or {})
+    lowered = _lower(gm, example_inputs)
+    ops = sorted({str(n.target) for n in lowered.graph.nodes
+                  if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)})
+    tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
+    record = Compiled(
+        ops=ops,
+        input_shapes=[tuple(t.shape) for t in tensors],
+        input_dtypes=[str(t.dtype) for t in tensors],
+        weights=len(list(gm.parameters())) + len(list(gm.buffers())),
+        options=options,
+        rbln_devices=os.environ.get("RBLN_DEVICES"),
+        violations=_violations(gm, lowered, example_inputs),
+    )
+    COMPILED.append(record)
+    if record.violations:
+        raise GraphContractError("; ".join(record.violations))
+    return lowered
