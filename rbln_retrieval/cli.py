@@ -117,6 +117,16 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     rerank.add_argument("--jsonl", action="store_true", help='print {"index", "score", "text"} objects')
     rerank.set_defaults(run=_rerank)
 
+    compile_ = commands.add_parser(
+        "compile", help="compile and cache every bucket graph for an RBLN NPU, on a host without one"
+    )
+    compile_.add_argument("model", type=Path, help="local model directory (Hugging Face layout)")
+    compile_.add_argument("--soc", default=os.environ.get("RBLN_TARGET_SOC"),
+                          help="the NPU to compile for, e.g. RBLN-CA25 (default: $RBLN_TARGET_SOC)")
+    compile_.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto")
+    compile_.add_argument("--max-length", type=int, help="tokens per input (default: the model's limit)")
+    compile_.set_defaults(run=_compile)
+
     serve = commands.add_parser("serve", help="vLLM's OpenAI-compatible server (embeddings, score, rerank)")
     _model_arguments(serve)
     serve.add_argument("--host", default="127.0.0.1")
@@ -244,6 +254,25 @@ def _serve(args: argparse.Namespace) -> int:
     from rbln_retrieval.serve import serve
 
     return serve(str(args.model), host=args.host, port=args.port, api_key=args.api_key, **_engine_options(args))
+
+
+def _compile(args: argparse.Namespace) -> int:
+    """vllm-rbln's compile-only mode: the compiler targets ``--soc``; the cache it fills serves an NPU host's
+    start with the same model and options."""
+    from rbln_retrieval import PoolingEngine
+    from rbln_retrieval.backend.config import CONFIG_KEY
+    from rbln_retrieval.backend.rbln_runtime import TARGET_SOC_ENV
+
+    if not args.soc:
+        raise ValueError("Name the NPU to compile for with --soc (e.g. RBLN-CA25) or RBLN_TARGET_SOC.")
+    os.environ[TARGET_SOC_ENV] = args.soc
+    settings = {"additional_config": {CONFIG_KEY: {"compile_only": True}}}
+    with PoolingEngine(args.model, device="rbln", dtype=args.dtype, max_length=args.max_length,
+                       engine_kwargs=settings) as engine:
+        stats = engine.stats()
+    print(f"compiled {stats['compiles']} bucket graphs ({', '.join(map(str, stats['buckets']))} tokens) "
+          f"for {stats['soc']} into {stats['compile_cache']['dir']}")
+    return 0
 
 
 def _doctor(args: argparse.Namespace) -> int:

@@ -12,7 +12,13 @@ logger = logging.getLogger(__name__)
 Device = Literal["auto", "rbln", "cpu"]
 
 
-def resolve_device(device: str) -> Literal["rbln", "cpu"]:
+def resolve_device(device: str, *, compile_only: bool = False) -> Literal["rbln", "cpu"]:
+    """The device an engine runs on; ``compile_only`` builds an NPU's graphs on a host that may have no NPU."""
+    if compile_only:
+        if device != "rbln":
+            raise ValueError(f"compile_only compiles for an RBLN NPU; it needs device='rbln', not {device!r}.")
+        rbln_runtime.require_compiler()
+        return "rbln"
     if device == "cpu":
         return "cpu"
     if device == "rbln":

@@ -18,6 +18,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from tqdm.auto import tqdm
 
+from rbln_retrieval.backend.config import compile_only
 from rbln_retrieval.device import resolve_device
 from rbln_retrieval.engine_args import cpu_threads_env, vllm_engine_kwargs
 from rbln_retrieval.errors import EngineDeadError, EngineStartError
@@ -77,7 +78,7 @@ class PoolingEngine:
         check_weights(self.model, allow_pickle=self.options.allow_pickle)
         if self.options.runner == "stock" and self.options.device == "rbln":
             raise ValueError("runner='stock' is vLLM's CPU runner; device='rbln' needs runner='bundled'.")
-        self.device = resolve_device(self.options.device)
+        self.device = resolve_device(self.options.device, compile_only=compile_only(self.options.engine_kwargs))
         self.tokenizer = PromptTokenizer(
             self.model, self.family, self.options.truncate, trust_remote_code=self.options.trust_remote_code
         )

@@ -35,6 +35,11 @@ DEFAULT_MAX_TOKENS_PER_STEP = 4096
 DEFAULT_STEP_COST_TOKENS = 64
 
 
+def compile_only(engine_kwargs: dict[str, Any]) -> bool:
+    """Whether vLLM engine arguments ask the bundled runner for a compile-only build."""
+    return bool(((engine_kwargs.get("additional_config") or {}).get(CONFIG_KEY) or {}).get("compile_only"))
+
+
 def cache_root() -> Path:
     return Path(os.environ.get("RBLN_RETRIEVAL_CACHE_DIR") or Path.home() / ".cache" / "rbln-retrieval" / "compile")
 

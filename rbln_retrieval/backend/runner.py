@@ -35,7 +35,7 @@ from rbln_retrieval.backend.compile import (
 from rbln_retrieval.backend.config import BundledConfig
 from rbln_retrieval.backend.host_layers import write_in_place
 from rbln_retrieval.backend.pooling import TaskHead, decompose, pooling_weights
-from rbln_retrieval.backend.vllm_compat import linear_weights_kept
+from rbln_retrieval.backend.vllm_compat import static_graph_loading
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class BundledModelRunner(CPUModelRunner):
     # -- model and graph -----------------------------------------------------------------------------------
     def load_model(self, load_dummy_weights: bool = False) -> None:
         if self.static:
-            with linear_weights_kept():
+            with static_graph_loading():
                 super().load_model(load_dummy_weights)
         else:
             super().load_model(load_dummy_weights)

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-
-import torch
-from torch import nn
+from typing import Any
 
 VLLM_VERSION = "0.32.0"
 
@@ -20,26 +18,32 @@ VLLM_VERSION = "0.32.0"
 NATIVE_CUSTOM_OPS = ["none"]
 
 
-def _keep_weight(layer: nn.Module, remove_weight: bool) -> None:
-    """Stand-in for ``dispatch_cpu_unquantized_gemm``: the layer multiplies with its own weight through
+def _keep_weight(layer: Any, remove_weight: bool) -> None:
+    """In place of ``dispatch_cpu_unquantized_gemm``: the layer multiplies with its own weight through
     ``F.linear`` (the fallback vLLM itself uses for layers it does not repack)."""
+    import torch
+
     layer.cpu_linear = torch.nn.functional.linear
 
 
 @contextmanager
-def linear_weights_kept() -> Iterator[None]:
-    """While a model loads, stop vLLM's CPU platform from repacking each Linear's weight into a oneDNN or
-    packed-GEMM handle (``_C.onednn_mm`` and friends, with an empty parameter left behind): the weights stay
-    parameters, which the NPU compiler takes as module state.
+def static_graph_loading() -> Iterator[None]:
+    """While a model loads for the static-graph path, keep vLLM's CPU dispatch out of it:
 
-    ``UnquantizedLinearMethod.process_weights_after_loading`` imports the dispatcher from its module at call
-    time, so replacing the module attribute reaches every layer loaded inside the block.
+    - each Linear keeps its weight as a parameter multiplied through ``F.linear``, instead of the CPU platform
+      repacking it into a oneDNN or packed-GEMM handle (``_C.onednn_mm`` and friends) and leaving an empty
+      parameter behind; ``UnquantizedLinearMethod.process_weights_after_loading`` imports the dispatcher from
+      its module at call time, so replacing the module attribute reaches every layer loaded inside the block;
+    - rotary embeddings are built afresh: ``get_rope`` shares instances process-wide (``_ROPE_DICT``), and one
+      built for another in-process engine dispatched to ``_C.rotary_embedding`` when it was constructed.
     """
-    from vllm.model_executor.layers import utils
+    from vllm.model_executor.layers import rotary_embedding, utils
 
-    original = utils.dispatch_cpu_unquantized_gemm
+    dispatch, ropes = utils.dispatch_cpu_unquantized_gemm, rotary_embedding._ROPE_DICT
     utils.dispatch_cpu_unquantized_gemm = _keep_weight
+    rotary_embedding._ROPE_DICT = {}
     try:
         yield
     finally:
-        utils.dispatch_cpu_unquantized_gemm = original
+        utils.dispatch_cpu_unquantized_gemm = dispatch
+        rotary_embedding._ROPE_DICT = ropes

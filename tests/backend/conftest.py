@@ -1,18 +1,47 @@
 """Engines for the backend tests: each model gets a bundled (strict_shapes) and a stock engine, started once per
-model and closed after its tests; steps of at most 1024 tokens keep warmup to seven buckets."""
+model and closed after its tests; steps of at most 1024 tokens keep warmup to nine buckets. The rbln target runs
+against the stand-in compiler in tests/standin (three buckets: each graph is lowered to ATen and checked)."""
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 from rbln_retrieval import PoolingEngine
+from rbln_retrieval.backend import rbln_runtime
 from rbln_retrieval.testing import minilm_path
 
 SETTINGS = {"max_num_batched_tokens": 1024}
+RBLN_SETTINGS = {"max_num_batched_tokens": 1024, "buckets": [32, 256, 1024]}
+STANDIN = Path(__file__).resolve().parent.parent / "standin"
+
+
+def rbln_options(**settings) -> dict:
+    """Engine options of an rbln-target engine in these tests (framework objects with equal fields share it)."""
+    return {"device": "rbln", "dtype": "float32",
+            "engine_kwargs": {"additional_config": {"rbln_retrieval": {**RBLN_SETTINGS, **settings}}}}
+
+
+@pytest.fixture(scope="module")
+def standin_rebel() -> Iterator[ModuleType]:
+    """The stand-in rebel-compiler importable, and an NPU reported present (device nodes are hardware), for the
+    module's tests; yields the stand-in backend module, whose COMPILED lists every graph it was handed."""
+    patch = pytest.MonkeyPatch()
+    patch.syspath_prepend(str(STANDIN))
+    patch.setattr(rbln_runtime, "probe", lambda: rbln_runtime.RuntimeProbe(True, 1, "the stand-in NPU"))
+    import rebel.core.torch_compile as backend
+
+    try:
+        yield backend
+    finally:
+        patch.undo()
+        for name in [m for m in sys.modules if m == "rebel" or m.startswith("rebel.")]:
+            del sys.modules[name]
 
 
 def start(path: Path, runner: str, **settings) -> PoolingEngine:
@@ -38,6 +67,18 @@ def compile_cache(tmp_path_factory) -> Path:
 def start_engine():
     """``start(path, runner, **bundled_settings)`` for tests that need an engine with other settings."""
     return start
+
+
+@pytest.fixture(scope="module")
+def rbln(pair, standin_rebel) -> Iterator[tuple[PoolingEngine, list]]:
+    """(rbln-target engine, what the stand-in compiler recorded for it) for the model of ``pair``; shared, so
+    framework objects with ``rbln_options()`` use this very engine."""
+    first = len(standin_rebel.COMPILED)
+    engine = PoolingEngine.shared(pair[0], **rbln_options())
+    try:
+        yield engine, standin_rebel.COMPILED[first:]
+    finally:
+        engine.close()
 
 
 @pytest.fixture(scope="module")

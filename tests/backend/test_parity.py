@@ -62,6 +62,35 @@ def test_bundled_equals_stock_equals_reference(pair):
     assert stock.stats() == {"runner": "stock"}
 
 
+NPU_NAMESPACES = {"aten", "prims", "rbln_custom_ops"}
+
+
+@pytest.mark.parametrize("pair", FAMILIES, indirect=True)
+def test_rbln_target_hands_the_compiler_aten_graphs_with_weights_as_module_state(pair, rbln):
+    """device="rbln" against the stand-in compiler: each bucket graph lowers to ATen only, writes into none of its
+    inputs, holds real weights as module state (one copy shared by every bucket), is compiled the way vllm-rbln
+    compiles, and computes what vLLM's stock runner computes."""
+    _, _, stock = pair
+    engine, compiled = rbln
+    ours, theirs = _outputs(engine), _outputs(stock)
+    for key in theirs:
+        assert np.abs(ours[key] - theirs[key]).max() <= TOLERANCE, f"{key}: rbln target vs stock"
+    stats = engine.stats()
+    assert (stats["target"], stats["kernels"], stats["soc"]) == ("rbln", "static", "RBLN-CA25")
+    assert stats["compiles"] == len(stats["buckets"]) == len(compiled), "one graph per bucket"
+    assert stats["compiles_after_warmup"] == 0 and stats["graph_breaks"] == 0
+    assert sorted(g["bucket"] for g in stats["graphs"]) == stats["buckets"]
+    assert all(g["lifted_weights"] == 0 for g in stats["graphs"])
+    context = compiled[0].options["compile_context"]
+    assert context.use_weight_sharing and context.use_global_ctx
+    for graph in compiled:
+        assert graph.violations == [] and {op.split(".")[0] for op in graph.ops} <= NPU_NAMESPACES
+        assert graph.weights > 0 and graph.weight_storages == compiled[0].weight_storages
+        assert graph.options["compile_context"] is context and graph.options["mode"] == "strict"
+        assert graph.options["cache_dir"] == str(Path(stats["compile_cache"]["dir"]) / "rbln")
+        assert "guard_filter_fn" not in graph.options, "torch.compile keeps the guard filter for itself"
+
+
 @pytest.mark.parametrize("pair", ["all-MiniLM-L6-v2"], indirect=True)
 def test_steps_are_packed_past_a_prompt_that_does_not_fit(pair):
     """Eight 250-token prompts, then two of 20, into 1,024-token steps: first come, first served stops each step

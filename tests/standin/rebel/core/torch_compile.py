@@ -32,6 +32,7 @@ class Compiled:
     input_shapes: list[tuple[int, ...]]
     input_dtypes: list[str]
     weights: int  # parameters and buffers held as module state
+    weight_storages: frozenset[int]  # their data pointers: equal across graphs that share one copy
     options: dict[str, Any]
     rbln_devices: str | None
     violations: list[str] = field(default_factory=list)
@@ -84,6 +85,7 @@ def rbln_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], options: d
         input_shapes=[tuple(t.shape) for t in tensors],
         input_dtypes=[str(t.dtype) for t in tensors],
         weights=len(list(gm.parameters())) + len(list(gm.buffers())),
+        weight_storages=frozenset(t.data_ptr() for t in [*gm.parameters(), *gm.buffers()]),
         options=options,
         rbln_devices=os.environ.get("RBLN_DEVICES"),
         violations=_violations(gm, lowered, example_inputs),
