@@ -92,7 +92,8 @@ class BundledConfig:
     def cache_dir(self) -> Path:
         """Compile artifacts for this model and configuration; the same key on the next start reuses them."""
         key = json.dumps({**asdict(self), "strict_shapes": None}, sort_keys=True, default=str)
-        name = Path(str(self.cache_key.get("model", "model"))).name or "model"
+        # A hub model's key is "org/name@<commit>": the folder is named after "name", the hash covers the commit.
+        name = Path(str(self.cache_key.get("model", "model"))).name.split("@")[0] or "model"
         return cache_root() / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
 
