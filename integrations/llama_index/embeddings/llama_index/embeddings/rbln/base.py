@@ -36,7 +36,7 @@ class RBLNEmbedding(BaseEmbedding):
         from llama_index.core import Settings
         from llama_index.embeddings.rbln import RBLNEmbedding
 
-        Settings.embed_model = RBLNEmbedding(model_name="/models/Qwen3-Embedding-0.6B")
+        Settings.embed_model = RBLNEmbedding(model_name="Qwen/Qwen3-Embedding-0.6B")
         ```
     """
 

@@ -40,7 +40,7 @@ class RBLNReranker(BaseNodePostprocessor):
         ```python
         from llama_index.postprocessor.rbln_rerank import RBLNReranker
 
-        reranker = RBLNReranker(model="/models/bge-reranker-v2-m3", top_n=3)
+        reranker = RBLNReranker(model="BAAI/bge-reranker-v2-m3", top_n=3)
         query_engine = index.as_query_engine(similarity_top_k=20, node_postprocessors=[reranker])
         ```
     """
