@@ -13,7 +13,14 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 
-from rbln_retrieval.testing import BUILDERS, minilm_path  # noqa: E402
+from rbln_retrieval.testing import (  # noqa: E402
+    BUILDERS,
+    HUB_MINILM,
+    HUB_TINY,
+    HUB_TINY_RERANKER,
+    hub_cache_snapshot,
+    minilm_path,
+)
 
 
 class TinyModels:
@@ -42,6 +49,28 @@ def tiny_model(tiny_models) -> Callable[[str], Path]:
 @pytest.fixture(scope="session")
 def minilm() -> Path:
     return minilm_path()
+
+
+@pytest.fixture(scope="session")
+def hub_cache(tmp_path_factory, minilm, tiny_models) -> Path:
+    """A Hugging Face cache folder (blobs, snapshots, refs) holding all-MiniLM-L6-v2 and tiny models by id."""
+    cache = tmp_path_factory.mktemp("hf-cache")
+    hub_cache_snapshot(cache, HUB_MINILM, minilm)
+    hub_cache_snapshot(cache, HUB_TINY, tiny_models["bert-cls"], refs=("main",))
+    hub_cache_snapshot(cache, HUB_TINY, tiny_models["roberta-mean"], refs=("v2",))
+    hub_cache_snapshot(cache, HUB_TINY_RERANKER, tiny_models["bert-cross-encoder"])
+    return cache
+
+
+@pytest.fixture
+def hub(hub_cache, monkeypatch) -> Path:
+    """HF_HUB_CACHE pointed at hub_cache for one test, in this process (huggingface_hub reads the variable once, at
+    import: its constant is patched) and in the subprocesses it starts."""
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(hub_cache))
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub_cache))
+    return hub_cache
 
 
 @pytest.fixture(scope="session")

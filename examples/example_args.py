@@ -22,23 +22,23 @@ def rag_arguments(description: str) -> argparse.Namespace:
 
 
 def qwen3_arguments(description: str, family: str, checkpoint: str) -> argparse.Namespace:
-    """The Qwen3 examples' command line: a model directory of ``family`` (checked before any engine starts),
-    --device and --dtype."""
+    """The Qwen3 examples' command line: a Hugging Face id or model directory of ``family`` (checked before any
+    engine starts), --device and --dtype."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("model", nargs="?", help=f"directory of a {checkpoint} checkpoint")
+    parser.add_argument("model", nargs="?", help=f"Hugging Face id or directory of a {checkpoint} checkpoint")
     parser.add_argument("--device", choices=("auto", "rbln", "cpu"), default="auto")
     parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto",
                         help="float32 reproduces the model card's scores to 4 digits; auto is faster on BF16 CPUs")
     args = parser.parse_args()
     if args.model is None:
         sys.exit(
-            f"{parser.prog} needs the {checkpoint} weights: download {checkpoint} (or a larger size) from "
-            f"Hugging Face and pass its directory, e.g. python {sys.argv[0]} /models/{checkpoint.split('/')[-1]}"
+            f"{parser.prog} needs the {checkpoint} weights: pass its Hugging Face id (or a larger size's), e.g. "
+            f"python {sys.argv[0]} {checkpoint}, or a directory holding it"
         )
-    from rbln_retrieval import ModelNotSupportedError, detect_family
+    from rbln_retrieval import ModelNotSupportedError, detect_family, resolve_model
 
     try:
-        found = detect_family(args.model).name
+        found = detect_family(resolve_model(args.model).path).name
     except ModelNotSupportedError as exc:
         sys.exit(f"{parser.prog}: {exc}")
     if found != family:

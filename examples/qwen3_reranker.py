@@ -1,6 +1,6 @@
 """Qwen3-Reranker's own example through rbln-retrieval: P(yes) that a document meets the query and instruction.
 
-    python examples/qwen3_reranker.py /models/Qwen3-Reranker-0.6B [--device auto|rbln|cpu] [--dtype auto|float32|bfloat16]
+    python examples/qwen3_reranker.py Qwen/Qwen3-Reranker-0.6B [--device auto|rbln|cpu] [--dtype auto|float32|bfloat16]
 
 The model card formats the chat prompt and reads the "yes"/"no" logits by hand; here `score` and `rerank` do it
 (the original checkpoint runs as a one-row classifier, so no 151k-token LM head is computed per pair).

@@ -6,10 +6,12 @@ from rbln_retrieval.errors import (
     DeviceUnavailableError,
     EngineDeadError,
     EngineStartError,
+    ModelNotFoundError,
     ModelNotSupportedError,
     RBLNRetrievalError,
 )
 from rbln_retrieval.families import ModelFamily, detect_family
+from rbln_retrieval.model_source import ModelSource, resolve_model
 
 __all__ = [
     "DeviceUnavailableError",
@@ -17,10 +19,13 @@ __all__ = [
     "EngineOptions",
     "EngineStartError",
     "ModelFamily",
+    "ModelNotFoundError",
     "ModelNotSupportedError",
+    "ModelSource",
     "PoolingEngine",
     "RBLNRetrievalError",
     "detect_family",
     "get_engine",
+    "resolve_model",
 ]
 __version__ = "0.1.0"

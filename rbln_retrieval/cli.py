@@ -5,6 +5,9 @@
     rbln-retrieval rerank MODEL --query TEXT [FILE ...|-] [--top-n N]
     rbln-retrieval serve MODEL [--host H] [--port P] [--api-key KEY]
 
+MODEL is a local model directory or a Hugging Face id (org/name or org/name@revision) resolved through the
+Hugging Face cache (HF_HOME, HF_HUB_CACHE, HF_HUB_OFFLINE and HF_TOKEN apply; --cache-folder overrides the cache).
+
 Input is one text per line (blank lines are skipped) or JSONL objects with a "text" field: files ending in
 .jsonl/.ndjson are JSONL, and so is stdin when its first non-blank line is a JSON object (`--format` decides
 otherwise). Errors print one line on stderr and exit with status 1.
@@ -138,7 +141,9 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
 
 
 def _model_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", type=Path, help="local model directory (Hugging Face layout)")
+    parser.add_argument("model", help="local model directory, or a Hugging Face id (org/name[@revision])")
+    parser.add_argument("--revision", help="branch, tag or commit of a Hugging Face id (default: main)")
+    parser.add_argument("--cache-folder", help="Hugging Face cache to resolve ids in (default: HF_HUB_CACHE)")
     parser.add_argument("--device", choices=("auto", "rbln", "cpu"), default="auto")
     parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto")
     parser.add_argument("--runner", choices=("bundled", "stock"), default="bundled",
@@ -155,8 +160,9 @@ def _input_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
+    # The hub token comes from HF_TOKEN (or `hf auth login`), never from a command line where `ps` would show it.
     return {"device": args.device, "dtype": args.dtype, "runner": args.runner, "max_length": args.max_length,
-            "truncate": args.truncate}
+            "truncate": args.truncate, "revision": args.revision, "cache_folder": args.cache_folder}
 
 
 def _engine(args: argparse.Namespace) -> Any:
@@ -253,7 +259,7 @@ def _rerank(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from rbln_retrieval.serve import serve
 
-    return serve(str(args.model), host=args.host, port=args.port, api_key=args.api_key, **_engine_options(args))
+    return serve(args.model, host=args.host, port=args.port, api_key=args.api_key, **_engine_options(args))
 
 
 def _compile(args: argparse.Namespace) -> int:

@@ -18,8 +18,10 @@ def get_engine(
 ) -> Any:
     """The engine every framework object on ``model`` shares.
 
-    Locally that is ``PoolingEngine.shared(model, **options)``. With ``base_url`` (one URL or a list of replicas)
-    it is a client of `rbln-retrieval serve` with the same ``embed``/``score``/``rerank`` API, sync and async.
+    Locally that is ``PoolingEngine.shared(model, **options)``; ``model`` is a directory or a Hugging Face id and
+    ``options`` may hold ``revision``, ``cache_folder``, ``token`` and ``local_files_only`` besides the engine
+    options. With ``base_url`` (one URL or a list of replicas) it is a client of `rbln-retrieval serve` with the
+    same ``embed``/``score``/``rerank`` API, sync and async; the client reads prompts from the model's configs.
     """
     if base_url is None:
         return PoolingEngine.shared(model, **options)

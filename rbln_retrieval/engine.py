@@ -22,9 +22,10 @@ from rbln_retrieval.backend.config import compile_only
 from rbln_retrieval.device import resolve_device
 from rbln_retrieval.engine_args import cpu_threads_env, vllm_engine_kwargs
 from rbln_retrieval.errors import EngineDeadError, EngineStartError
-from rbln_retrieval.families import FamilyName, ModelFamily, check_weights, detect_family
+from rbln_retrieval.families import FamilyName, ModelFamily, check_weights, detect_family, unreadable_weights
 from rbln_retrieval.inputs import check_dimensions, check_query, check_texts
 from rbln_retrieval.loop import EngineLoop
+from rbln_retrieval.model_source import ModelSource, resolve_model
 from rbln_retrieval.tokens import PromptTokenizer, Tokens
 
 logger = logging.getLogger(__name__)
@@ -37,7 +38,9 @@ CHUNK_SIZE = 1024
 
 
 class EngineOptions(BaseModel):
-    """Everything that decides which engine a model gets; equal options share one engine."""
+    """Everything that decides which engine a model gets; equal options share one engine. Where the files come
+    from (revision, cache_folder, token, local_files_only) is not here: the resolved snapshot directory already
+    names it (see rbln_retrieval.model_source)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -64,14 +67,29 @@ def _vllm_quiet() -> None:
 
 
 class PoolingEngine:
-    """One vLLM pooling engine for one model: ``embed``, ``score`` and ``rerank``, sync and async."""
+    """One vLLM pooling engine for one model: ``embed``, ``score`` and ``rerank``, sync and async.
+
+    ``model`` is a local directory or a Hugging Face id (``"org/name"`` or ``"org/name@revision"``) resolved
+    through huggingface_hub's cache with ``revision``, ``cache_folder``, ``token`` and ``local_files_only``.
+    """
 
     _shared: ClassVar[dict[tuple[str, str], PoolingEngine]] = {}
     _shared_lock: ClassVar[threading.Lock] = threading.Lock()
 
-    def __init__(self, model: str | os.PathLike[str], **options: Any):
+    def __init__(
+        self,
+        model: str | os.PathLike[str] | ModelSource,
+        *,
+        revision: str | None = None,
+        cache_folder: str | os.PathLike[str] | None = None,
+        token: str | None = None,
+        local_files_only: bool = False,
+        **options: Any,
+    ):
         self.options = EngineOptions(**options)
-        self.model = str(model)
+        self.source = _resolve(model, self.options, revision=revision, cache_folder=cache_folder, token=token,
+                               local_files_only=local_files_only)
+        self.model = self.source.path
         self.family: ModelFamily = detect_family(
             self.model, max_length=self.options.max_length, family=self.options.family
         )
@@ -93,13 +111,18 @@ class PoolingEngine:
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
     @classmethod
-    def shared(cls, model: str | os.PathLike[str], **options: Any) -> PoolingEngine:
-        """The process-wide engine for ``model`` and ``options``, started on first use."""
-        key = (str(Path(model).resolve()), EngineOptions(**options).model_dump_json())
+    def shared(cls, model: str | os.PathLike[str] | ModelSource, **options: Any) -> PoolingEngine:
+        """The process-wide engine for ``model`` and ``options`` (those of the constructor), started on first use.
+        Keyed by the resolved directory, so every spelling of one snapshot (id, id@revision, the snapshot
+        directory) shares one engine; the source options (token included) are not part of the key."""
+        source_args = {name: options.pop(name) for name in SOURCE_ARGS if name in options}
+        engine_options = EngineOptions(**options)
+        source = _resolve(model, engine_options, **source_args)
+        key = (str(Path(source.path).resolve()), engine_options.model_dump_json())
         with cls._shared_lock:
             engine = cls._shared.get(key)
             if engine is None or engine._vllm is None:
-                engine = cls._shared[key] = cls(model, **options)
+                engine = cls._shared[key] = cls(source, **options)
             return engine
 
     @classmethod
@@ -141,6 +164,7 @@ class PoolingEngine:
             target=target or "host",
             strict_shapes=self.options.strict_shapes,
             device=self.device,
+            model_key=str(self.source),
         )
         if in_process:
             env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}  # vLLM's CPU platform allows the uni executor only then
@@ -156,7 +180,7 @@ class PoolingEngine:
                     self._vllm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
         except Exception as exc:  # vLLM raises many types from deep inside; callers get one sentence.
             # A weights file that fails in vLLM's worker process only says "see root cause above" here.
-            reason = _unreadable_weights(self.model) or (
+            reason = unreadable_weights(self.model) or (
                 str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             )
             raise EngineStartError(f"vLLM could not start an engine for {self.model}: {reason}") from exc
@@ -187,11 +211,12 @@ class PoolingEngine:
         self.close()
 
     def stats(self) -> dict[str, Any]:
-        """The bundled runner's counters since warmup: buckets, steps, useful/computed tokens, compiles, graph
-        breaks (see rbln_retrieval.backend.runner); the stock runner keeps none and reports only its name."""
+        """The model's identity (``{"id", "commit"}`` for a hub snapshot, else ``{"path"}``) and the bundled
+        runner's counters since warmup: buckets, steps, useful/computed tokens, compiles, graph breaks (see
+        rbln_retrieval.backend.runner); the stock runner keeps none and reports only its name."""
         if self.options.runner == "stock":
-            return {"runner": "stock"}
-        return self._loop.run(self._stats())
+            return {"runner": "stock", "model": self.source.identity}
+        return {**self._loop.run(self._stats()), "model": self.source.identity}
 
     async def _stats(self) -> dict[str, Any]:
         engine = await self._running_engine()
@@ -356,17 +381,14 @@ class PoolingEngine:
         return tqdm(total=total, disable=not show_progress, desc="Embedding", unit="text")
 
 
-def _unreadable_weights(model_dir: str) -> str | None:
-    """One sentence naming a safetensors file whose header cannot be read, or None when all of them can."""
-    from safetensors import SafetensorError, safe_open
+SOURCE_ARGS = ("revision", "cache_folder", "token", "local_files_only")
 
-    for path in sorted(Path(model_dir).glob("*.safetensors")):
-        try:
-            with safe_open(path, framework="numpy"):
-                pass
-        except (SafetensorError, OSError) as exc:
-            return f"{path.name} is not a readable safetensors file ({exc})."
-    return None
+
+def _resolve(model: str | os.PathLike[str] | ModelSource, options: EngineOptions, **source_args: Any) -> ModelSource:
+    """The snapshot directory for ``model``, fetching only the files these options let the engine read."""
+    return resolve_model(
+        model, allow_pickle=options.allow_pickle, trust_remote_code=options.trust_remote_code, **source_args
+    )
 
 
 # Tokenizing this few texts (at most a window of each, see tokens.py) costs less than a hop to a worker thread.

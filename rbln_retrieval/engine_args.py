@@ -52,11 +52,13 @@ def vllm_engine_kwargs(
     target: str = "host",
     strict_shapes: bool = False,
     device: str = "cpu",
+    model_key: str | None = None,
 ) -> dict[str, Any]:
     """Keyword arguments for vllm.AsyncEngineArgs (names match vLLM's CLI flags with dashes).
 
     ``runner="bundled"`` adds the bundled backend's settings for ``target`` ("host" or "rbln"); its own options
-    (buckets, attention, ...) come from ``extra["additional_config"]["rbln_retrieval"]``.
+    (buckets, attention, ...) come from ``extra["additional_config"]["rbln_retrieval"]``. ``model_key`` names the
+    model in the compile-cache key (``ModelSource``'s ``id@commit``; default: ``model_dir``).
     """
     extra = dict(extra or {})
     dtype = resolve_dtype(dtype, device)
@@ -70,7 +72,7 @@ def vllm_engine_kwargs(
         from rbln_retrieval.backend import rbln_runtime
 
         bundled = engine_overrides(
-            target=target, max_length=family.max_length, model=str(model_dir), dtype=dtype,
+            target=target, max_length=family.max_length, model=model_key or str(model_dir), dtype=dtype,
             strict_shapes=strict_shapes, user=settings, soc=rbln_runtime.npu_name() if target == "rbln" else None,
         )
         bundled["additional_config"] = {**additional, **bundled["additional_config"]}

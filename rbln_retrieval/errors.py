@@ -9,6 +9,11 @@ class ModelNotSupportedError(RBLNRetrievalError, ValueError):
     """The model directory is missing, unreadable, or of an architecture we do not serve."""
 
 
+class ModelNotFoundError(ModelNotSupportedError):
+    """A Hugging Face model id could not be resolved: not cached while offline, unknown, a revision that does not
+    exist, or gated without a token."""
+
+
 class DeviceUnavailableError(RBLNRetrievalError, RuntimeError):
     """The requested device (or its runtime) is not present on this machine."""
 

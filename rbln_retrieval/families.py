@@ -255,3 +255,16 @@ def check_weights(model_dir: str | Path, *, allow_pickle: bool) -> None:
             "convert them to safetensors or pass allow_pickle=True if you trust the source."
         )
     raise ModelNotSupportedError(f"{model_dir} has no weights (*.safetensors).")
+
+
+def unreadable_weights(model_dir: str) -> str | None:
+    """One sentence naming a safetensors file whose header cannot be read, or None when all of them can."""
+    from safetensors import SafetensorError, safe_open
+
+    for path in sorted(Path(model_dir).glob("*.safetensors")):
+        try:
+            with safe_open(path, framework="numpy"):
+                pass
+        except (SafetensorError, OSError) as exc:
+            return f"{path.name} is not a readable safetensors file ({exc})."
+    return None

@@ -9,6 +9,7 @@ input order, or the call raises.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import random
 import threading
@@ -22,7 +23,7 @@ import httpx
 import numpy as np
 
 from rbln_retrieval.engine import EngineOptions, _chunks, _ranked
-from rbln_retrieval.errors import RBLNRetrievalError
+from rbln_retrieval.errors import ModelNotSupportedError, RBLNRetrievalError
 from rbln_retrieval.families import (
     QWEN3_RERANKER_PAIR,
     QWEN3_RERANKER_PREFIX,
@@ -32,6 +33,9 @@ from rbln_retrieval.families import (
 )
 from rbln_retrieval.inputs import check_dimensions, check_query
 from rbln_retrieval.loop import EngineLoop
+from rbln_retrieval.model_source import resolve_model, split_reference
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT = 60.0
 
@@ -73,6 +77,10 @@ class RemoteEngine:
         timeout: float | None = None,
         batch_size: int = 64,
         max_retries: int = 3,
+        revision: str | None = None,
+        cache_folder: str | os.PathLike[str] | None = None,
+        token: str | None = None,
+        local_files_only: bool = False,
         **options: Any,
     ):
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
@@ -82,7 +90,9 @@ class RemoteEngine:
             raise ValueError(f"batch_size={batch_size} must be at least 1.")
         self.model = str(model)
         self.options = EngineOptions(**options)
-        self.family: ModelFamily = self._family()
+        self.family: ModelFamily = self._family(
+            revision=revision, cache_folder=cache_folder, token=token, local_files_only=local_files_only
+        )
         self._replicas = [_Replica(u.rstrip("/")) for u in urls]
         self._api_key = api_key if api_key is not None else os.environ.get("RBLN_API_KEY")
         self._timeout = DEFAULT_TIMEOUT if timeout is None else timeout
@@ -92,10 +102,15 @@ class RemoteEngine:
         self._client: httpx.AsyncClient | None = None
         self._served_model: str | None = None
 
-    def _family(self) -> ModelFamily:
-        if Path(self.model).is_dir():
-            return detect_family(self.model, max_length=self.options.max_length, family=self.options.family)
-        # The client may not have the model files: prompts then come only from explicit instructions.
+    def _family(self, **source_args: Any) -> ModelFamily:
+        """The family from the model's configs: a local directory, or a hub id's config files (no weights)."""
+        try:
+            source = resolve_model(self.model, weights=False, **source_args)
+        except ModelNotSupportedError as exc:
+            # The client may not have the model files: prompts then come only from explicit instructions.
+            logger.info("%s Prompts come only from explicit instructions.", exc)
+        else:
+            return detect_family(source.path, max_length=self.options.max_length, family=self.options.family)
         return ModelFamily(
             name=self.options.family or "bi-encoder",
             architecture="remote",
@@ -106,7 +121,8 @@ class RemoteEngine:
     @classmethod
     def shared(cls, model: str | os.PathLike[str], *, base_url: str | list[str], **kwargs: Any) -> RemoteEngine:
         urls = (base_url,) if isinstance(base_url, str) else tuple(base_url)
-        key = (str(model), urls, repr(sorted(kwargs.items())))
+        # The hub token only fetches config files; like EngineOptions, the key leaves it out.
+        key = (str(model), urls, repr(sorted((k, v) for k, v in kwargs.items() if k != "token")))
         with cls._shared_lock:
             if key not in cls._shared:
                 cls._shared[key] = cls(model, base_url=base_url, **kwargs)
@@ -291,9 +307,14 @@ class RemoteEngine:
                     models = response.json()["data"] if response.status_code == 200 else []
                 except (httpx.HTTPError, ValueError, KeyError):
                     continue
-                self._served_model = models[0]["id"] if len(models) == 1 else self.model
+                self._served_model = models[0]["id"] if len(models) == 1 else self._name
                 break
-        return self._served_model or self.model
+        return self._served_model or self._name
+
+    @property
+    def _name(self) -> str:
+        """The name a server started with this model serves it under: a hub id without its ``@revision``."""
+        return self.model if Path(self.model).is_dir() else split_reference(self.model)[0]
 
 
 def _error_message(response: httpx.Response) -> str:

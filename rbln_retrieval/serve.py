@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from rbln_retrieval.device import resolve_device
-from rbln_retrieval.engine import EngineOptions, _vllm_quiet
+from rbln_retrieval.engine import SOURCE_ARGS, EngineOptions, _resolve, _vllm_quiet
 from rbln_retrieval.engine_args import cpu_threads_env, vllm_engine_kwargs
 from rbln_retrieval.families import check_weights, detect_family
 
@@ -25,14 +25,18 @@ def server_args(
     api_key: str | None = None,
     **options: Any,
 ) -> tuple[argparse.Namespace, str | None]:
-    """vLLM's parsed serve arguments for ``model`` and the bundled-backend target to activate (None: stock)."""
+    """vLLM's parsed serve arguments for ``model`` (a directory or a Hugging Face id, resolved as PoolingEngine
+    does) and the bundled-backend target to activate (None: stock). The server publishes the name it was started
+    with: the repo id for a hub model (without ``@revision``, as ``vllm serve`` does), else the directory."""
+    source_args = {name: options.pop(name) for name in SOURCE_ARGS if name in options}
     opts = EngineOptions(**options)
-    family = detect_family(model, max_length=opts.max_length, family=opts.family)
-    check_weights(model, allow_pickle=opts.allow_pickle)
+    source = _resolve(model, opts, **source_args)
+    family = detect_family(source.path, max_length=opts.max_length, family=opts.family)
+    check_weights(source.path, allow_pickle=opts.allow_pickle)
     device = resolve_device(opts.device)
     target = ("rbln" if device == "rbln" else "host") if opts.runner == "bundled" else None
     kwargs = vllm_engine_kwargs(
-        model,
+        source.path,
         family,
         dtype=opts.dtype,
         trust_remote_code=opts.trust_remote_code,
@@ -42,6 +46,7 @@ def server_args(
         target=target or "host",
         strict_shapes=opts.strict_shapes,
         device=device,
+        model_key=str(source),
     )
     _vllm_quiet()
     from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
@@ -53,7 +58,7 @@ def server_args(
     args.host, args.port = host, port
     # The key travels in the namespace, never on a command line where `ps` would show it.
     args.api_key = [api_key] if api_key else None
-    args.served_model_name = [model]
+    args.served_model_name = [source.name]
     validate_parsed_serve_args(args)
     return args, target
 

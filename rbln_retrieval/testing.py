@@ -7,7 +7,9 @@ toy sizes: head_dim is 32 because vLLM's CPU attention rejects 16.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -178,3 +180,33 @@ BUILDERS: dict[str, Callable[[Path], Path]] = {
     "bert-cross-encoder": lambda p: build_cross_encoder(p, kind="bert"),
     "xlm-roberta-cross-encoder": lambda p: build_cross_encoder(p, kind="xlm-roberta"),
 }
+
+
+# Hugging Face ids the tests put into a temporary cache (see hub_cache_snapshot and the hub_cache fixture).
+HUB_MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+HUB_TINY = "rbln-test/tiny-bert"  # two revisions: main (bert-cls) and v2 (roberta-mean)
+HUB_TINY_RERANKER = "rbln-test/tiny-cross-encoder"
+
+
+def hub_cache_snapshot(cache: Path, repo_id: str, model_dir: Path, *, refs: tuple[str, ...] = ("main",)) -> Path:
+    """Put ``model_dir`` into a Hugging Face cache folder as huggingface_hub lays it out: files in
+    ``blobs/<sha256>``, ``snapshots/<commit>/`` of relative symlinks to them, ``refs/<name>`` holding the commit
+    (derived from the files' contents, so different files get a different commit). Returns the snapshot folder."""
+    repo = Path(cache) / ("models--" + repo_id.replace("/", "--"))
+    files = sorted(p for p in Path(model_dir).rglob("*") if p.is_file())
+    digests = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+    commit = hashlib.sha1("".join(f"{p.relative_to(model_dir)}:{d}" for p, d in digests.items()).encode()).hexdigest()
+    snapshot = repo / "snapshots" / commit
+    for path, digest in digests.items():
+        blob = repo / "blobs" / digest
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        if not blob.exists():
+            blob.write_bytes(path.read_bytes())
+        link = snapshot / path.relative_to(model_dir)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if not link.is_symlink():
+            link.symlink_to(os.path.relpath(blob, link.parent))
+    (repo / "refs").mkdir(exist_ok=True)
+    for ref in refs:
+        (repo / "refs" / ref).write_text(commit, encoding="utf-8")
+    return snapshot

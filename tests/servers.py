@@ -22,11 +22,11 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, model: Path, log: Path, api_key: str | None = None):
+    def __init__(self, model: Path | str, log: Path, api_key: str | None = None, env: dict[str, str] | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
-        env = {**os.environ, **({"RBLN_API_KEY": api_key} if api_key else {})}
+        env = {**os.environ, **(env or {}), **({"RBLN_API_KEY": api_key} if api_key else {})}
         env.pop("RBLN_API_KEY", None) if api_key is None else None
         self._log_file = log.open("wb")
         self.process = subprocess.Popen(

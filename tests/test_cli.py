@@ -14,6 +14,7 @@ from corpus import passages
 
 from rbln_retrieval.cli import read_texts
 from rbln_retrieval.device import explain_auto
+from rbln_retrieval.testing import HUB_MINILM
 
 TEXTS = passages(min_words=5)[:12]
 
@@ -106,6 +107,17 @@ def test_embed_to_npy_equals_engine_embed(tmp_path, minilm, minilm_engine):
     np.testing.assert_allclose(vectors, minilm_engine.embed(TEXTS), atol=1e-5)
 
 
+def test_embed_a_hugging_face_id_offline_from_the_cache(hub, minilm_engine):
+    result = cli("embed", f"{HUB_MINILM}@main", "-", "--no-progress", "--device", "cpu", "--dtype", "float32",
+                 stdin="\n".join(TEXTS) + "\n")
+    assert result.returncode == 0, result.stderr
+    vectors = np.array([json.loads(line)["embedding"] for line in result.stdout.splitlines()])
+    np.testing.assert_allclose(vectors, minilm_engine.embed(TEXTS), atol=1e-5)
+    line = one_error_line(cli("embed", HUB_MINILM, "--revision", "v9", "-", stdin="text\n", timeout=120))
+    assert line.startswith(f"rbln-retrieval: error: Revision 'v9' of {HUB_MINILM} is not in the Hugging Face cache "
+                           f"{hub}")
+
+
 def test_rerank_prints_ranked_lines_with_scores(minilm, minilm_engine):
     query = "How does Python compare objects for equality?"
     result = cli("rerank", str(minilm), "--query", query, "--top-n", "4", "--device", "cpu", "--dtype", "float32",
@@ -122,6 +134,7 @@ def test_rerank_prints_ranked_lines_with_scores(minilm, minilm_engine):
     [
         (["embed", "MINILM", "missing.txt"], None, "missing.txt"),
         (["embed", "/no/such/model", "-"], "text\n", "/no/such/model"),
+        (["embed", "no-such-org/no-such-model", "-"], "text\n", "no-such-org/no-such-model is not in the Hugging Face"),
         (["rerank", "MINILM", "--query", "q", "DIR"], None, "is a directory"),
         (["serve", "/no/such/model"], None, "/no/such/model"),
     ],

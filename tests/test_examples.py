@@ -165,7 +165,7 @@ def test_qwen3_examples_say_what_to_pass_without_a_model(script, checkpoint):
     result = subprocess.run([sys.executable, str(EXAMPLES / script)], capture_output=True, text=True, timeout=120)
     assert result.returncode != 0 and result.stdout == ""
     assert f"needs the {checkpoint} weights" in result.stderr
-    assert f"python {EXAMPLES / script} /models/{checkpoint.split('/')[1]}" in result.stderr
+    assert f"python {EXAMPLES / script} {checkpoint}," in result.stderr
 
 
 def test_qwen3_embedding_example_refuses_another_family(minilm, tmp_path):

@@ -13,18 +13,21 @@ from servers import Server
 
 from rbln_retrieval import PoolingEngine, get_engine
 from rbln_retrieval.remote import RemoteAuthError, RemoteEngine, RemoteError
+from rbln_retrieval.testing import HUB_MINILM
 
 API_KEY = "test-secret-key-5f2a9c"
 QUERY = "How are exceptions raised and handled in Python?"
 
 
 @pytest.fixture(scope="module")
-def servers(minilm, tiny_models, tmp_path_factory):
-    """Two MiniLM replicas and one server per tiny reranker/Qwen3 family, all behind the same API key."""
+def servers(minilm, tiny_models, tmp_path_factory, hub_cache):
+    """Two MiniLM replicas, MiniLM by its Hugging Face id (offline, from hub_cache) and one server per tiny
+    reranker/Qwen3 family, all behind the same API key."""
     logs = tmp_path_factory.mktemp("server-logs")
-    models = {"minilm-a": minilm, "minilm-b": minilm, **{name: tiny_models[name] for name in
-              ("qwen3-embedding", "qwen3-reranker", "bert-cross-encoder")}}
-    started = {name: Server(path, logs / f"{name}.log", api_key=API_KEY) for name, path in models.items()}
+    models = {"minilm-a": minilm, "minilm-b": minilm, "minilm-id": f"{HUB_MINILM}@main", **{
+              name: tiny_models[name] for name in ("qwen3-embedding", "qwen3-reranker", "bert-cross-encoder")}}
+    started = {name: Server(path, logs / f"{name}.log", api_key=API_KEY, env={"HF_HUB_CACHE": str(hub_cache)})
+               for name, path in models.items()}
     try:
         for server in started.values():
             server.wait_ready()
@@ -84,6 +87,20 @@ async def test_remote_rerankers_equal_local(servers, tiny_models, name):
         remote_top, local_top = remote.rerank(QUERY, docs, top_n=3), local.rerank(QUERY, docs, top_n=3)
         assert [i for i, _ in remote_top] == [i for i, _ in local_top]
         assert [s for _, s in remote_top] == pytest.approx([s for _, s in local_top], abs=1e-5)
+
+
+def test_a_server_started_from_an_id_publishes_it_and_clients_pass_the_same_id(servers, hub_cache, minilm_engine):
+    import httpx
+
+    url = servers["minilm-id"].url
+    served = httpx.get(url + "/v1/models", headers={"Authorization": f"Bearer {API_KEY}"}).json()["data"]
+    assert [model["id"] for model in served] == [HUB_MINILM]
+    texts = mixed_length(40)
+    with _remote(f"{HUB_MINILM}@main", url, cache_folder=hub_cache) as remote:
+        assert remote.family.hidden_size == 384  # read from the id's configs in the client's cache
+        np.testing.assert_allclose(remote.embed(texts), minilm_engine.embed(texts), atol=1e-5)
+        np.testing.assert_allclose(remote.embed([QUERY], kind="query"), minilm_engine.embed([QUERY], kind="query"),
+                                   atol=1e-5)
 
 
 def test_get_engine_with_base_url_is_remote_and_shared(servers, minilm):

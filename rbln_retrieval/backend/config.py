@@ -88,7 +88,8 @@ class BundledConfig:
         # Settings that change no graph leave the key alone: a compile-only build serves the NPU host's start.
         unkeyed = {"strict_shapes": None, "compile_only": None, "step_cost_tokens": None}
         key = json.dumps({**asdict(self), **unkeyed}, sort_keys=True, default=str)
-        name = Path(str(self.cache_key.get("model", "model"))).name or "model"
+        # A hub model's key is "org/name@<commit>": the folder is named after "name", the hash covers the commit.
+        name = Path(str(self.cache_key.get("model", "model"))).name.split("@")[0] or "model"
         return cache_root() / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
 

@@ -59,7 +59,8 @@ def test_bundled_equals_stock_equals_reference(pair):
     assert stats["pooling_in_graph"] == ["classify" if family in ("cross-encoder", "qwen3-reranker") else "embed"]
     # Host kernels write BERT blocks' GELU and residual adds in place (three blocks per layer); Qwen3 has none.
     assert (stats["in_place_blocks"] > 0) == (not family.startswith("qwen3"))
-    assert stock.stats() == {"runner": "stock"}
+    assert stock.stats() == {"runner": "stock", "model": {"path": str(Path(path).resolve())}}
+    assert stats["model"] == stock.stats()["model"]
 
 
 NPU_NAMESPACES = {"aten", "prims", "rbln_custom_ops"}

@@ -26,7 +26,18 @@ class RBLNEngineModel(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True)
 
     model: str = Field(alias="model_name")
-    """Local model directory (Hugging Face layout), or the model's name on the server when `base_url` is set."""
+    """Hugging Face model id (`org/name`, or `org/name@revision`) resolved through the Hugging Face cache, or a
+    local model directory; with `base_url`, the model's name on the server."""
+
+    revision: str | None = None
+    """Branch, tag or commit of a Hugging Face id (default: `main`)."""
+
+    cache_folder: str | None = None
+    """Hugging Face cache to resolve ids in and download to (default: `HF_HUB_CACHE`, under `HF_HOME`)."""
+
+    hf_token: SecretStr | None = None
+    """Hugging Face token for gated or private models; None uses huggingface_hub's own (`HF_TOKEN`, or
+    `hf auth login`). Never logged or shown."""
 
     device: Literal["auto", "rbln", "cpu"] = "auto"
     """Where the model runs: `rbln` (an RBLN NPU), `cpu`, or `auto` (an NPU when one is present)."""
@@ -69,6 +80,9 @@ class RBLNEngineModel(BaseModel):
         """Attach the shared engine for these settings (started on first use, reused afterwards)."""
         self._engine = get_engine(
             self.model,
+            revision=self.revision,
+            cache_folder=self.cache_folder,
+            token=self.hf_token.get_secret_value() if self.hf_token is not None else None,
             base_url=self.base_url,
             api_key=self.api_key.get_secret_value() if self.api_key is not None else None,
             timeout=self.timeout,

@@ -27,7 +27,8 @@ class RBLNEmbeddings(RBLNEngineModel, Embeddings):
 
     Key init args:
         model: str
-            Local model directory (alias `model_name`), or the model's name on the server in remote mode.
+            Hugging Face id (`org/name[@revision]`) or local model directory (alias `model_name`), or the
+            model's name on the server in remote mode; `revision`, `cache_folder`, `hf_token` for ids.
         device: "auto" | "rbln" | "cpu"
             Where the model runs.
         query_instruction / document_instruction: str | None
@@ -41,7 +42,7 @@ class RBLNEmbeddings(RBLNEngineModel, Embeddings):
         ```python
         from langchain_rbln import RBLNEmbeddings
 
-        embeddings = RBLNEmbeddings(model="/models/Qwen3-Embedding-0.6B")
+        embeddings = RBLNEmbeddings(model="Qwen/Qwen3-Embedding-0.6B")
         ```
 
     Embed:

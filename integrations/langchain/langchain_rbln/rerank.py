@@ -23,7 +23,7 @@ class RBLNReranker(RBLNEngineModel, BaseDocumentCompressor):
         ```python
         from langchain_rbln import RBLNReranker
 
-        reranker = RBLNReranker(model="/models/bge-reranker-v2-m3", top_n=3)
+        reranker = RBLNReranker(model="BAAI/bge-reranker-v2-m3", top_n=3)
         ```
 
     Compress (new Documents, best first, each with `metadata["relevance_score"]`):

@@ -79,14 +79,16 @@ def test_engine_and_remote_settings_reach_get_engine(monkeypatch, minilm, minilm
     monkeypatch.setenv("RBLN_API_KEY", "from-env")
     RBLNEmbeddings(
         model="served-model", base_url="http://127.0.0.1:9/", timeout=5, max_length=128, truncate="error",
-        engine_kwargs={"max_num_seqs": 8},
+        engine_kwargs={"max_num_seqs": 8}, revision="v2", cache_folder="/hf-cache", hf_token="hf-token",
     )
     RBLNEmbeddings(model="served-model", base_url=["http://a", "http://b"], api_key="explicit")
     assert calls == [
         ("served-model", dict(base_url="http://127.0.0.1:9/", api_key="from-env", timeout=5.0, device="auto",
-                              dtype="auto", max_length=128, truncate="error", engine_kwargs={"max_num_seqs": 8})),
+                              dtype="auto", max_length=128, truncate="error", engine_kwargs={"max_num_seqs": 8},
+                              revision="v2", cache_folder="/hf-cache", token="hf-token")),
         ("served-model", dict(base_url=["http://a", "http://b"], api_key="explicit", timeout=None, device="auto",
-                              dtype="auto", max_length=None, truncate="end", engine_kwargs={})),
+                              dtype="auto", max_length=None, truncate="end", engine_kwargs={}, revision=None,
+                              cache_folder=None, token=None)),
     ]
 
 

@@ -7,14 +7,16 @@ from typing import Any, Literal
 
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr, SecretStr, field_validator
-from rbln_retrieval import detect_family, get_engine
+from rbln_retrieval import detect_family, get_engine, resolve_model
 
 # One engine call submits a whole batch and vLLM's scheduler packs it into steps, so LlamaIndex's default of 10
 # would leave the steps mostly empty; the same default as langchain-rbln's batch_size.
 DEFAULT_RBLN_EMBED_BATCH_SIZE = 1024
 
 # Passed to rbln_retrieval.get_engine: objects whose values are equal share one engine.
-ENGINE_FIELDS = {"device", "dtype", "max_length", "truncate", "engine_kwargs", "base_url", "timeout"}
+ENGINE_FIELDS = {
+    "device", "dtype", "max_length", "truncate", "engine_kwargs", "base_url", "timeout", "revision", "cache_folder"
+}
 
 
 def _api_key_from_env() -> SecretStr | None:
@@ -34,11 +36,16 @@ class RBLNEmbedding(BaseEmbedding):
         from llama_index.core import Settings
         from llama_index.embeddings.rbln import RBLNEmbedding
 
-        Settings.embed_model = RBLNEmbedding(model_name="/models/Qwen3-Embedding-0.6B")
+        Settings.embed_model = RBLNEmbedding(model_name="Qwen/Qwen3-Embedding-0.6B")
         ```
     """
 
-    model_name: str = Field(description="Path of the model directory (or the model's name on a remote server).")
+    model_name: str = Field(
+        description=(
+            "Hugging Face id ('org/name' or 'org/name@revision', resolved through the Hugging Face cache), a model "
+            "directory, or the model's name on a remote server."
+        )
+    )
     device: Literal["auto", "rbln", "cpu"] = Field(
         default="auto", description="'rbln' needs an RBLN NPU, 'cpu' never uses one, 'auto' picks the NPU if present."
     )
@@ -84,6 +91,17 @@ class RBLNEmbedding(BaseEmbedding):
         description="API key of the server; read from RBLN_API_KEY when not given. Never serialized.",
     )
     timeout: float | None = Field(default=None, gt=0, description="Seconds to wait for a remote server.")
+    revision: str | None = Field(
+        default=None, description="Branch, tag or commit of a Hugging Face id (default: main)."
+    )
+    cache_folder: str | None = Field(
+        default=None, description="Hugging Face cache to resolve ids in and download to (default: HF_HUB_CACHE)."
+    )
+    hf_token: SecretStr | None = Field(
+        default=None,
+        exclude=True,
+        description="Hugging Face token for gated or private models; None uses HF_TOKEN. Never serialized.",
+    )
 
     _engine: Any = PrivateAttr()
 
@@ -93,14 +111,20 @@ class RBLNEmbedding(BaseEmbedding):
             raise ValueError("Pass the model as model_name or model, not both.")
         model_name = model_name if model is None else model
         if model_name is None:
-            raise ValueError("RBLNEmbedding needs model_name: the path of a model directory.")
+            raise ValueError("RBLNEmbedding needs model_name: a Hugging Face id or a model directory.")
         super().__init__(model_name=model_name, **kwargs)
         # Checked before an engine starts; a remote server checks its own model.
-        if self.base_url is None and detect_family(self.model_name).is_cross_encoder:
+        if self.base_url is None and self._family().is_cross_encoder:
             raise ValueError(f"{self.model_name} is a reranker, which scores pairs; use RBLNReranker for it.")
         api_key = self.api_key.get_secret_value() if self.api_key is not None else None
         options = {name: getattr(self, name) for name in ENGINE_FIELDS}
+        options["token"] = self.hf_token.get_secret_value() if self.hf_token is not None else None
         self._engine = get_engine(self.model_name, api_key=api_key, **options)
+
+    def _family(self) -> Any:
+        token = self.hf_token.get_secret_value() if self.hf_token is not None else None
+        source = resolve_model(self.model_name, revision=self.revision, cache_folder=self.cache_folder, token=token)
+        return detect_family(source.path)
 
     @field_validator("model_name", mode="before")
     @classmethod

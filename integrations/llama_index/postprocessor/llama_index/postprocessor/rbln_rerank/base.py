@@ -20,7 +20,9 @@ dispatcher = get_dispatcher(__name__)
 RETRIEVAL_SCORE_KEY = "retrieval_score"
 
 # Passed to rbln_retrieval.get_engine: objects whose values are equal share one engine.
-ENGINE_FIELDS = {"device", "dtype", "max_length", "truncate", "engine_kwargs", "base_url", "timeout"}
+ENGINE_FIELDS = {
+    "device", "dtype", "max_length", "truncate", "engine_kwargs", "base_url", "timeout", "revision", "cache_folder"
+}
 
 
 def _api_key_from_env() -> SecretStr | None:
@@ -38,12 +40,17 @@ class RBLNReranker(BaseNodePostprocessor):
         ```python
         from llama_index.postprocessor.rbln_rerank import RBLNReranker
 
-        reranker = RBLNReranker(model="/models/bge-reranker-v2-m3", top_n=3)
+        reranker = RBLNReranker(model="BAAI/bge-reranker-v2-m3", top_n=3)
         query_engine = index.as_query_engine(similarity_top_k=20, node_postprocessors=[reranker])
         ```
     """
 
-    model: str = Field(description="Path of the model directory (or the model's name on a remote server).")
+    model: str = Field(
+        description=(
+            "Hugging Face id ('org/name' or 'org/name@revision', resolved through the Hugging Face cache), a model "
+            "directory, or the model's name on a remote server."
+        )
+    )
     top_n: int | None = Field(
         default=3, description="Nodes to return, best first; None returns all, 0 or less returns none."
     )
@@ -88,6 +95,17 @@ class RBLNReranker(BaseNodePostprocessor):
         description="API key of the server; read from RBLN_API_KEY when not given. Never serialized.",
     )
     timeout: float | None = Field(default=None, gt=0, description="Seconds to wait for a remote server.")
+    revision: str | None = Field(
+        default=None, description="Branch, tag or commit of a Hugging Face id (default: main)."
+    )
+    cache_folder: str | None = Field(
+        default=None, description="Hugging Face cache to resolve ids in and download to (default: HF_HUB_CACHE)."
+    )
+    hf_token: SecretStr | None = Field(
+        default=None,
+        exclude=True,
+        description="Hugging Face token for gated or private models; None uses HF_TOKEN. Never serialized.",
+    )
 
     _engine: Any = PrivateAttr()
 
@@ -95,6 +113,7 @@ class RBLNReranker(BaseNodePostprocessor):
         super().__init__(**kwargs)
         api_key = self.api_key.get_secret_value() if self.api_key is not None else None
         options = {name: getattr(self, name) for name in ENGINE_FIELDS}
+        options["token"] = self.hf_token.get_secret_value() if self.hf_token is not None else None
         self._engine = get_engine(self.model, api_key=api_key, **options)
 
     @field_validator("model", mode="before")
