@@ -123,7 +123,9 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     compile_ = commands.add_parser(
         "compile", help="compile and cache every bucket graph for an RBLN NPU, on a host without one"
     )
-    compile_.add_argument("model", type=Path, help="local model directory (Hugging Face layout)")
+    compile_.add_argument("model", help="local model directory, or a Hugging Face id (org/name[@revision])")
+    compile_.add_argument("--revision", help="branch, tag or commit of a Hugging Face id (default: main)")
+    compile_.add_argument("--cache-folder", help="Hugging Face cache to resolve ids in (default: HF_HUB_CACHE)")
     compile_.add_argument("--soc", default=os.environ.get("RBLN_TARGET_SOC"),
                           help="the NPU to compile for, e.g. RBLN-CA25 (default: $RBLN_TARGET_SOC)")
     compile_.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto")
@@ -274,7 +276,7 @@ def _compile(args: argparse.Namespace) -> int:
     os.environ[TARGET_SOC_ENV] = args.soc
     settings = {"additional_config": {CONFIG_KEY: {"compile_only": True}}}
     with PoolingEngine(args.model, device="rbln", dtype=args.dtype, max_length=args.max_length,
-                       engine_kwargs=settings) as engine:
+                       revision=args.revision, cache_folder=args.cache_folder, engine_kwargs=settings) as engine:
         stats = engine.stats()
     print(f"compiled {stats['compiles']} bucket graphs ({', '.join(map(str, stats['buckets']))} tokens) "
           f"for {stats['soc']} into {stats['compile_cache']['dir']}")

@@ -32,6 +32,7 @@ from rbln_retrieval.backend.compile import (
     strict_errors,
     write_manifest,
 )
+from rbln_retrieval.backend import rbln_runtime
 from rbln_retrieval.backend.config import BundledConfig
 from rbln_retrieval.backend.host_layers import write_in_place
 from rbln_retrieval.backend.pooling import TaskHead, decompose, pooling_weights
@@ -239,6 +240,7 @@ class BundledModelRunner(CPUModelRunner):
             "compile_cache": {"dir": str(self.bundled.cache_dir()), "reused": self.cache_reused},
             "compile_only": self.bundled.compile_only,
             "soc": self.bundled.cache_key.get("soc"),
+            "rbln_devices": rbln_runtime.device_ids() if self.bundled.target == "rbln" else [],
         }
 
 

@@ -15,16 +15,9 @@ import pytest
 from rbln_retrieval import PoolingEngine
 from rbln_retrieval.backend import rbln_runtime
 from rbln_retrieval.testing import minilm_path
+from npu import STANDIN, rbln_options
 
 SETTINGS = {"max_num_batched_tokens": 1024}
-RBLN_SETTINGS = {"max_num_batched_tokens": 1024, "buckets": [32, 256, 1024]}
-STANDIN = Path(__file__).resolve().parent.parent / "standin"
-
-
-def rbln_options(**settings) -> dict:
-    """Engine options of an rbln-target engine in these tests (framework objects with equal fields share it)."""
-    return {"device": "rbln", "dtype": "float32",
-            "engine_kwargs": {"additional_config": {"rbln_retrieval": {**RBLN_SETTINGS, **settings}}}}
 
 
 @pytest.fixture(scope="module")

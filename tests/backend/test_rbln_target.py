@@ -1,29 +1,36 @@
-"""The rbln target: without the runtime it fails with one sentence; with the runtime mocked at rbln_runtime's
-boundary (rebel's modules and the device probe), it hands rebel's backend the graphs, cache and device."""
+"""The rbln target end to end against the stand-in compiler (tests/standin): the one-sentence failure without the
+runtime, compile-only builds that an NPU host's start reuses, the NPU chosen by RBLN_DEVICES, both frameworks on
+device="rbln", and coexistence with another vendor's vLLM platform plugin."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
-import types
+import textwrap
+from pathlib import Path
 
+import numpy as np
 import pytest
-import torch
+from npu import rbln_options
 
-from rbln_retrieval import PoolingEngine, backend
+from rbln_retrieval import PoolingEngine, backend, get_engine
 from rbln_retrieval.backend import rbln_runtime
 from rbln_retrieval.backend.compile import recording_backend
 from rbln_retrieval.backend.config import BundledConfig
+from rbln_retrieval.cli import main
 from rbln_retrieval.errors import DeviceUnavailableError
 from rbln_retrieval.testing import minilm_path
 
 NO_RUNTIME = "device='rbln' cannot be used: the RBLN runtime is not installed (rebel-compiler, torch-rbln missing)"
-
-
-@pytest.fixture(autouse=True)
-def cache_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("RBLN_RETRIEVAL_CACHE_DIR", str(tmp_path))
-    return tmp_path
+QUERY = "How are exceptions raised and handled in Python?"
+PASSAGES = [
+    "The raise statement raises an exception; try and except handle it.",
+    "Lists are mutable sequences, typically used to store collections of homogeneous items.",
+    "A for loop iterates over the items of any sequence in the order they appear.",
+    "Exceptions propagate up the call stack until an except clause handles them.",
+]
 
 
 def test_rbln_without_runtime_is_one_clear_sentence():
@@ -35,78 +42,179 @@ def test_rbln_without_runtime_is_one_clear_sentence():
     # The engine-core side fails the same way if it is ever asked for the rbln target.
     with pytest.raises(DeviceUnavailableError, match="RBLN runtime is not installed"):
         recording_backend(BundledConfig(target="rbln", buckets=(16,)))
+    with pytest.raises(DeviceUnavailableError, match="needs rebel-compiler, which is not installed"):
+        main_or_raise(["compile", str(minilm_path()), "--soc", "RBLN-CA25"])
+
+
+def main_or_raise(argv: list[str]) -> int:
+    """The CLI's own error path prints; this re-raises what it caught, for an exact assertion."""
+    from rbln_retrieval import cli
+
+    parser, commands = cli._parser()
+    args = commands[argv[0]].parse_intermixed_args(argv[1:])
+    return args.run(args)
 
 
 @pytest.fixture
-def fake_rebel(monkeypatch):
-    """rebel's torch.compile entry point and an NPU, faked at the module boundary rbln_runtime imports."""
-    calls = []
-
-    def rbln_backend(gm, example_inputs, **kwargs):
-        calls.append({"inputs": [tuple(t.shape) for t in example_inputs], **kwargs})
-        return gm.forward
-
-    torch_compile = types.ModuleType("rebel.core.torch_compile")
-    torch_compile.rbln_backend = rbln_backend
-    modules = {"rebel": types.ModuleType("rebel"), "rebel.core": types.ModuleType("rebel.core"),
-               "rebel.core.torch_compile": torch_compile}
-    modules["rebel"].get_npu_name = lambda device_id=0: "RBLN-CA25"
-    for name, module in modules.items():
-        monkeypatch.setitem(sys.modules, name, module)
-    monkeypatch.setattr(rbln_runtime, "probe", lambda: rbln_runtime.RuntimeProbe(True, 1, "mocked NPU"))
-    return calls
+def no_npu(standin_rebel, monkeypatch):
+    """rebel-compiler installed (the stand-in) but no NPU in this host: a compile-only build host."""
+    monkeypatch.setattr(rbln_runtime, "probe", lambda: rbln_runtime.RuntimeProbe(True, 0, "no NPU device"))
+    return standin_rebel
 
 
-def test_rbln_target_compiles_with_rebels_backend_for_the_npu(fake_rebel, cache_dir):
-    bundled = BundledConfig(target="rbln", buckets=(16,), cache_key={"model": "/models/minilm"})
-    recorder = recording_backend(bundled)
-    assert recorder.inner is sys.modules["rebel.core.torch_compile"].rbln_backend
-    compiled = torch.compile(lambda x: (x * 2).sum(0), backend=recorder, dynamic=False)
-    assert torch.equal(compiled(torch.ones(16, 4)), torch.full((4,), 32.0))
-    (call,) = fake_rebel
-    assert call["inputs"] == [(16, 4)]
-    assert call["options"] == {
-        "cache_dir": str(bundled.cache_dir() / "rbln"),
-        "mode": "strict",
-        "tensor_parallel_size": 1,
-        "global_device_id": 0,
-    }
-    assert bundled.cache_dir().parent == cache_dir and bundled.cache_dir().is_dir()
-    assert rbln_runtime.npu_name() == "RBLN-CA25"
+def test_compile_only_fills_the_cache_an_npu_host_reuses(no_npu, tiny_models, monkeypatch, capsys):
+    path = tiny_models["bert-cls"]
+    first = len(no_npu.COMPILED)
+    monkeypatch.delenv("RBLN_TARGET_SOC", raising=False)
+    assert main(["compile", str(path), "--soc", "RBLN-CA25", "--dtype", "float32"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("compiled ") and "for RBLN-CA25 into " in printed
+    built = no_npu.COMPILED[first:]
+    assert built and all(g.options["mode"] == ["strict", "compile_only"] and not g.violations for g in built)
+    cache_dir = printed.rsplit(" into ", 1)[1].strip()
+    manifest = json.loads(Path(cache_dir, "graphs.json").read_text())
+    assert len(manifest["graphs"]) == len(manifest["buckets"]) == len(built)
+    assert all(g["ops"] for g in manifest["graphs"])
+
+    # The NPU host: same model and options, an NPU present, RBLN_DEVICES naming the one to use.
+    monkeypatch.setattr(rbln_runtime, "probe", lambda: rbln_runtime.RuntimeProbe(True, 2, "the stand-in NPU"))
+    monkeypatch.setenv("RBLN_DEVICES", "1")
+    monkeypatch.delenv("RBLN_TARGET_SOC")
+    served = len(no_npu.COMPILED)
+    with PoolingEngine(path, device="rbln", dtype="float32") as engine:
+        stats = engine.stats()
+        assert engine.embed(["hello"]).shape == (1, engine.dimension)
+    assert stats["compile_cache"] == {"dir": cache_dir, "reused": True}
+    assert stats["soc"] == "RBLN-CA25" and not stats["compile_only"] and stats["rbln_devices"] == ["1"]
+    assert {g.rbln_devices for g in no_npu.COMPILED[served:]} == {"1"}, "rebel sees the NPU RBLN_DEVICES names"
 
 
-@pytest.mark.parametrize("in_process", [True, False])
-def test_device_rbln_starts_vllm_with_the_rbln_target(fake_rebel, monkeypatch, in_process):
+def test_compile_only_needs_the_rbln_device_and_a_soc(no_npu, monkeypatch):
+    monkeypatch.delenv("RBLN_TARGET_SOC", raising=False)
+    with pytest.raises(ValueError, match="Name the NPU to compile for with --soc"):
+        main_or_raise(["compile", str(minilm_path())])
+    settings = {"additional_config": {"rbln_retrieval": {"compile_only": True}}}
+    with pytest.raises(ValueError, match="compile_only compiles for an RBLN NPU; it needs device='rbln'"):
+        PoolingEngine(minilm_path(), device="cpu", engine_kwargs=settings)
+
+
+def test_device_rbln_starts_vllm_with_the_static_graph_settings(standin_rebel, monkeypatch):
     started = {}
 
     class FakeEngine:
-        """Records what the engine is started with instead of starting one (as AsyncLLM or InprocEngine)."""
-
-        @classmethod
-        def from_engine_args(cls, args):
-            started["env"] = os.environ.get(backend.ACTIVATE_ENV)
-            started["multiprocessing"] = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
-            started["args"] = args
-            return cls()
+        """Records what the engine is started with instead of starting one."""
 
         @classmethod
         async def start(cls, args):
-            return cls.from_engine_args(args)
+            started["env"] = {name: os.environ.get(name) for name in (backend.ACTIVATE_ENV, "VLLM_PLUGINS")}
+            started["args"] = args
+            return cls()
 
         def shutdown(self):
             started["shutdown"] = True
 
-    if in_process:
-        monkeypatch.setattr("rbln_retrieval.inproc.InprocEngine", FakeEngine)
-    else:
-        monkeypatch.setattr("vllm.v1.engine.async_llm.AsyncLLM", FakeEngine)
-    with PoolingEngine(minilm_path(), device="rbln", in_process=in_process) as engine:
+    monkeypatch.setattr("rbln_retrieval.inproc.InprocEngine", FakeEngine)
+    with PoolingEngine(minilm_path(), device="rbln") as engine:
         assert engine.device == "rbln"
-    assert started["env"] == "rbln" and os.environ.get(backend.ACTIVATE_ENV) is None
-    assert started["multiprocessing"] == ("0" if in_process else None)
+    assert started["env"] == {backend.ACTIVATE_ENV: "rbln", "VLLM_PLUGINS": backend.PLUGIN_NAME}
+    assert os.environ.get(backend.ACTIVATE_ENV) is None
     args = started["args"]
     settings = args.additional_config["rbln_retrieval"]
-    assert settings["target"] == "rbln" and settings["kernels"] == "static"
+    assert settings["target"] == "rbln" and settings["kernels"] == "static" and settings["cache_key"]["soc"] == "RBLN-CA25"
+    assert args.compilation_config.custom_ops == ["none"], "vLLM's custom ops run their torch-native forward"
     assert args.worker_cls == "rbln_retrieval.backend.worker.BundledWorker"
     assert args.enable_chunked_prefill is False and args.enable_prefix_caching is False
     assert started["shutdown"]
+
+
+@pytest.fixture(scope="module")
+def npu_minilm(standin_rebel):
+    engine = PoolingEngine.shared(minilm_path(), **rbln_options())
+    yield engine
+    engine.close()
+
+
+def test_langchain_vector_store_on_the_rbln_target(npu_minilm, minilm_engine):
+    from langchain_core.vectorstores import InMemoryVectorStore
+
+    from langchain_rbln import RBLNEmbeddings
+
+    embeddings = RBLNEmbeddings(model=str(minilm_path()), **rbln_options())
+    assert embeddings.engine is npu_minilm, "equal settings share the rbln engine"
+    store = InMemoryVectorStore.from_texts(PASSAGES, embeddings)
+    found = store.similarity_search_with_score(QUERY, k=2)
+    assert {doc.page_content for doc, _ in found} == {PASSAGES[0], PASSAGES[3]}
+    expected = minilm_engine.score(QUERY, PASSAGES)
+    assert [score for _, score in found] == pytest.approx(sorted(expected, reverse=True)[:2], abs=1e-5)
+    assert npu_minilm.stats()["compiles_after_warmup"] == 0
+
+
+def test_llama_index_reranker_on_the_rbln_target(standin_rebel, tiny_models):
+    from llama_index.core.schema import NodeWithScore, TextNode
+
+    from llama_index.postprocessor.rbln_rerank import RBLNReranker
+
+    path = tiny_models["bert-cross-encoder"]
+    nodes = [NodeWithScore(node=TextNode(text=text), score=0.0) for text in PASSAGES]
+    with PoolingEngine(path, device="cpu", dtype="float32", runner="stock") as stock:
+        expected = stock.score(QUERY, PASSAGES)
+    reranker = RBLNReranker(model=str(path), top_n=3, **rbln_options())
+    engine = get_engine(str(path), **rbln_options())  # the shared engine the reranker runs on
+    try:
+        ranked = reranker.postprocess_nodes(nodes, query_str=QUERY)
+        assert [n.score for n in ranked] == pytest.approx(sorted(expected, reverse=True)[:3], abs=1e-5)
+        stats = engine.stats()
+        assert stats["target"] == "rbln" and stats["steps"] > 0 and stats["compiles_after_warmup"] == 0
+    finally:
+        engine.close()
+
+
+OTHER_VENDOR_PLUGIN = """
+def register():
+    return "vllm.platforms.cpu.CpuPlatform"
+"""
+
+
+def test_engines_start_beside_another_vendors_platform_plugin(tmp_path):
+    """vLLM refuses to start when two out-of-tree platform plugins activate (the official vllm-rbln plugin is
+    one); our engines load only our own."""
+    dist = tmp_path / "other_vendor-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: other-vendor\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[vllm.platform_plugins]\nrbln = other_vendor:register\n")
+    (tmp_path / "other_vendor.py").write_text(OTHER_VENDOR_PLUGIN)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    resolve = "from vllm.platforms import current_platform; current_platform.device_type"
+    clash = subprocess.run([sys.executable, "-c", resolve], env={**env, backend.ACTIVATE_ENV: "host"},
+                           capture_output=True, text=True, timeout=300)
+    assert "Only one platform plugin can be activated" in clash.stderr, "without scoping, vLLM refuses both"
+    script = textwrap.dedent(f"""
+        from rbln_retrieval import PoolingEngine
+        with PoolingEngine({str(minilm_path())!r}, device="cpu", dtype="float32") as engine:
+            print(engine.embed(["hello"]).shape, engine.stats()["runner"])
+    """)
+    started = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    assert started.returncode == 0, started.stderr[-2000:]
+    assert "(1, 384) bundled" in started.stdout
+
+
+def test_many_small_calls_keep_padding_low(minilm_engine):
+    """Synchronous calls of 1 to 60 texts of mixed lengths (queries and passages) on the default buckets: the
+    packing scheduler splits a step's tail into smaller buckets where that saves padding."""
+    from corpus import passages
+
+    rng = np.random.default_rng(3)
+    words = " ".join(passages()).split()
+    before = minilm_engine.stats()
+    for _ in range(24):
+        texts = []
+        for _ in range(int(rng.integers(1, 61))):
+            size = int(rng.choice([rng.integers(3, 16), rng.integers(20, 200)]))
+            start = int(rng.integers(0, len(words) - size))
+            texts.append(" ".join(words[start : start + size]))
+        minilm_engine.embed(texts)
+    after = minilm_engine.stats()
+    useful = after["useful_tokens"] - before["useful_tokens"]
+    computed = after["computed_tokens"] - before["computed_tokens"]
+    assert len(after["buckets"]) <= 16
+    assert useful / computed >= 0.90, f"useful/computed {useful / computed:.3f}"
