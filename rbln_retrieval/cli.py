@@ -98,6 +98,9 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     commands = parser.add_subparsers(required=True, metavar="COMMAND", parser_class=_Parser)
 
     doctor = commands.add_parser("doctor", help="versions, CPU features, RBLN runtime and device, what 'auto' picks")
+    doctor.add_argument("--graphs", metavar="MODEL",
+                        help="also start MODEL and print what each bucket graph calls (on --device)")
+    doctor.add_argument("--device", choices=("auto", "rbln", "cpu"), default="auto")
     doctor.set_defaults(run=_doctor)
 
     embed = commands.add_parser("embed", help="texts to vectors (.npy, or JSONL on stdout)")
@@ -302,7 +305,27 @@ def _doctor(args: argparse.Namespace) -> int:
     width = max(len(label) for label, _ in rows)
     for label, value in rows:
         print(f"{label:<{width}}  {value}")
+    if args.graphs:
+        _print_graphs(args.graphs, args.device)
     return 0
+
+
+# Namespaces of vLLM's own kernels: an NPU compiler lowers ATen ops, none of these.
+HOST_KERNEL_NAMESPACES = ("_C.", "_C_cache_ops.", "vllm.")
+
+
+def _print_graphs(model: str, device: str) -> None:
+    """Each bucket graph as the compile backend receives it (traced under strict_shapes), host kernels marked."""
+    from rbln_retrieval import PoolingEngine
+
+    with PoolingEngine(model, device=device, strict_shapes=True) as engine:
+        stats = engine.stats()
+    print(f"graphs of {model} on {engine.device} ({stats['target']} target, {stats['kernels']} kernels):")
+    for graph in stats["graphs"]:
+        host = [op for op in graph["ops"] if op.startswith(HOST_KERNEL_NAMESPACES)]
+        print(f"  bucket {graph['bucket']}: {len(graph['ops'])} ops, {graph['lifted_weights']} weights as inputs, "
+              f"host kernels: {', '.join(host) or 'none'}")
+        print(f"    {' '.join(graph['ops'])}")
 
 
 def _version(names: Sequence[str]) -> str:

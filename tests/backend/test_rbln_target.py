@@ -218,3 +218,13 @@ def test_many_small_calls_keep_padding_low(minilm_engine):
     computed = after["computed_tokens"] - before["computed_tokens"]
     assert len(after["buckets"]) <= 16
     assert useful / computed >= 0.90, f"useful/computed {useful / computed:.3f}"
+
+
+def test_doctor_prints_each_bucket_graph(standin_rebel, tiny_models, capsys):
+    path = tiny_models["qwen3-embedding"]
+    assert main(["doctor", "--graphs", str(path), "--device", "rbln"]) == 0
+    printed = capsys.readouterr().out
+    assert f"graphs of {path} on rbln (rbln target, static kernels):" in printed
+    buckets = [line for line in printed.splitlines() if line.startswith("  bucket ")]
+    assert len(buckets) >= 3 and all("0 weights as inputs, host kernels: none" in line for line in buckets)
+    assert "torch.matmul" in printed and "torch.softmax" in printed
