@@ -10,8 +10,7 @@ from rbln_retrieval import cpu_features
 from rbln_retrieval.families import ModelFamily
 
 # vLLM's CPU worker process binds its compute threads to all cores but one, which it reserves for the engine-core
-# process. On a small host that halves compute: on 2 cores, all-MiniLM-L6-v2 bf16 ingest ran at 101 passages/s
-# with the reserve and 185 without (bench/). Compute gets every core this process may use unless the caller
+# process; on a small host that halves compute. Compute gets every core this process may use unless the caller
 # set vLLM's own variables. (In-process engines spawn no worker; vLLM applies these only when it does.)
 _THREAD_VARS = ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU")
 
@@ -29,7 +28,7 @@ def resolve_dtype(dtype: str, device: str) -> str:
     an explicit bfloat16 on a CPU that emulates it runs, with one warning per process.
 
     vLLM's own "auto" turns float32 checkpoints into float16, which x86 CPUs emulate slowly. Pooling and
-    normalization stay in float32 either way; bf16 keeps a min cosine of 0.9999 against float32 (bench/).
+    normalization stay in float32 either way (bench/ measures the cosine against float32).
     """
     if device != "cpu":
         return dtype

@@ -1,8 +1,8 @@
 """vLLM's compiled CPU kernels for RMSNorm, offered to vLLM's IR ops for the bundled runner's host kernels.
 
 vLLM's stock CPU runner fuses RMSNorm through Inductor; the bundled runner does not compile on the host, and
-vLLM registers its C RMSNorm kernels for GPUs only, so eager RMSNorm ran as six torch ops with float32 round
-trips: 13 ms against 0.5 ms for the C kernel on 4,096 x 1,024 bf16 tokens, about a sixth of a Qwen3 step.
+vLLM registers its C RMSNorm kernels for GPUs only, so eager RMSNorm would run as six torch ops with float32
+round trips, many times slower than the C kernel and a large share of a Qwen3 step (bench/backend.py).
 The platform imports this module (``import_ir_kernels``) and puts these implementations first only for engines
 with host kernels (``BundledConfig.kernels``); the NPU's graphs keep the torch implementation.
 """
@@ -21,10 +21,9 @@ PROVIDER = "rbln_host"
 SUPPORTED = hasattr(torch.ops._C, "rms_norm") and hasattr(torch.ops._C, "fused_add_rms_norm")
 
 
-# vLLM's AVX2 kernel build converts float32 to bfloat16 by truncation, not round-to-nearest: its bf16 RMSNorm
-# lands up to 2.8 units in the last place from the exact value where the torch implementation lands within 1.4,
-# and the truncated residual sums drift downward layer after layer. bf16 is emulated (and slow) on those CPUs
-# anyway, so bf16 keeps the torch implementation there.
+# vLLM's AVX2 kernel build converts float32 to bfloat16 by truncation, not round-to-nearest: its bf16 RMSNorm is
+# about twice as far from the exact value as the torch implementation, and truncated residual sums drift downward
+# layer after layer. bf16 is emulated (and slow) on those CPUs anyway, so bf16 keeps the torch implementation there.
 EXACT_DTYPES = (torch.float32, torch.bfloat16) if cpu_features.avx512() else (torch.float32,)
 
 
