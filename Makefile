@@ -8,7 +8,7 @@ export TORCH_DEVICE_BACKEND_AUTOLOAD := 0
 INSTALL_INPUTS := scripts/install.sh scripts/vllm_requirements.py $(wildcard requirements/*.txt) pyproject.toml \
 	integrations/langchain/pyproject.toml $(wildcard integrations/llama_index/*/pyproject.toml)
 
-.PHONY: install demo test test-avx2 bench bench-backend clean
+.PHONY: install demo test test-ray test-avx2 bench bench-backend clean
 install: $(STAMP)
 
 $(STAMP): $(INSTALL_INPUTS)
@@ -20,6 +20,10 @@ demo: install
 
 test: install
 	$(PY) -m pytest
+
+# Only the Ray group (a local Ray cluster: bulk embedding on Ray Data, replicas on Ray Serve).
+test-ray: install
+	$(PY) -m pytest -m ray
 
 # The suite as an AVX2-only CPU runs it, on a machine with AVX-512 (see README, "Tests").
 test-avx2: install

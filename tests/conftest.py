@@ -10,3 +10,19 @@ from rbln_retrieval import PoolingEngine
 @pytest.fixture(scope="session")
 def minilm_engine(minilm) -> PoolingEngine:
     return PoolingEngine.shared(minilm, device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A local Ray cluster with 2 CPUs and 2 declared RBLN NPUs (none exist: engines fall back to the CPU), for
+    one test module. Actor log lines reach the driver undeduplicated, so tests can read each actor's line."""
+    import ray
+    import ray._private.ray_logging
+
+    # Ray merges log lines that differ only in numbers (RAY_DEDUP_LOGS, read once at import).
+    ray._private.ray_logging.RAY_DEDUP_LOGS = False
+    ray.init(num_cpus=2, resources={"RBLN": 2}, include_dashboard=False, log_to_driver=True)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()

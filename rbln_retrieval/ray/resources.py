@@ -1,0 +1,31 @@
+"""What one engine asks Ray for: one RBLN NPU when the cluster has them, else CPUs."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import ray
+
+# Ray's RBLN accelerator manager schedules NPUs under this resource and sets this variable per actor.
+RBLN_RESOURCE = "RBLN"
+RBLN_DEVICES_ENV = "RBLN_DEVICES"
+
+
+def engine_resources(num_cpus: float | None = None) -> dict[str, Any]:
+    """Ray remote arguments for one engine actor: ``{"resources": {"RBLN": 1}}`` (plus ``num_cpus`` for
+    tokenization and the host side, default 1) when the connected cluster declares RBLN NPUs, else ``num_cpus``
+    CPUs (default 1). Connects to Ray (``ray.init()``) if the caller has not."""
+    if not ray.is_initialized():
+        ray.init()
+    cpus = 1.0 if num_cpus is None else num_cpus
+    if ray.cluster_resources().get(RBLN_RESOURCE, 0) >= 1:
+        return {"num_cpus": cpus, "resources": {RBLN_RESOURCE: 1}}
+    return {"num_cpus": cpus}
+
+
+def announce_placement(what: str) -> None:
+    """Print one line saying which NPU this actor got; Ray forwards it to the driver prefixed with the actor."""
+    devices = os.environ.get(RBLN_DEVICES_ENV)
+    where = f"{RBLN_DEVICES_ENV}={devices}" if devices is not None else f"no {RBLN_RESOURCE} assigned"
+    print(f"rbln-retrieval {what}: {where}", flush=True)

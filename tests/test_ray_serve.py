@@ -1,0 +1,92 @@
+"""Ray Serve: two replicas of vLLM's OpenAI-compatible app behind Ray's proxy answer RemoteEngine exactly as local
+embedding does, with the API key of `rbln-retrieval serve`, and keep answering when one replica is killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import httpx
+import numpy as np
+import psutil
+import pytest
+import ray._private.state
+from corpus import passages
+from ray import serve
+from servers import free_port
+
+from rbln_retrieval.ray.serve import pooling_app
+from rbln_retrieval.remote import RemoteAuthError, RemoteEngine
+
+pytestmark = pytest.mark.ray
+
+API_KEY = "ray-serve-key-8d1e"
+
+
+def replicas() -> list[dict]:
+    return [a for a in ray._private.state.actors().values()
+            if a["ActorClassName"].startswith("ServeReplica:") and a["State"] == "ALIVE"]
+
+
+@pytest.fixture(scope="module")
+def proxy_url(ray_cluster, minilm):
+    port = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    app = pooling_app(str(minilm), api_key=API_KEY, num_replicas=2, num_cpus=0.5, device="cpu", dtype="float32")
+    serve.run(app, name="retrieval", route_prefix="/")
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        serve.shutdown()
+
+
+def test_same_routes_and_key_as_rbln_retrieval_serve(proxy_url, minilm):
+    assert httpx.get(proxy_url + "/health").status_code == 200
+    assert httpx.get(proxy_url + "/v1/models").status_code == 401
+    models = httpx.get(proxy_url + "/v1/models", headers={"Authorization": f"Bearer {API_KEY}"}).json()
+    assert [m["id"] for m in models["data"]] == [str(minilm)]
+    with RemoteEngine(minilm, base_url=proxy_url, api_key="wrong") as remote, pytest.raises(RemoteAuthError):
+        remote.embed(["x"])
+
+
+def test_remote_engine_equals_local_and_survives_a_killed_replica(proxy_url, minilm, minilm_engine):
+    texts = passages()[:64]
+    local = minilm_engine.embed(texts)
+    local_query = minilm_engine.embed(["how do exceptions work?"], kind="query")
+    remote = RemoteEngine(minilm, base_url=proxy_url, api_key=API_KEY, batch_size=8, max_retries=8)
+    np.testing.assert_allclose(remote.embed(texts), local, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(remote.embed(["how do exceptions work?"], kind="query"), local_query, atol=1e-5)
+
+    answered, failures, stop = [], [], threading.Event()
+
+    def load() -> None:
+        while not stop.is_set():
+            try:
+                answered.append(np.abs(remote.embed(texts) - local).max())
+            except Exception as exc:  # every request must be answered: any failure fails the test
+                failures.append(exc)
+
+    callers = [threading.Thread(target=load) for _ in range(3)]
+    for caller in callers:
+        caller.start()
+    try:
+        while len(answered) < 3 and not failures:
+            time.sleep(0.1)
+        victim = replicas()[0]
+        engine_processes = psutil.Process(victim["Pid"]).children(recursive=True)
+        os.kill(victim["Pid"], signal.SIGKILL)  # a crash: requests in flight on it fail and are retried
+        killed_at = len(answered)
+        time.sleep(15)
+    finally:
+        stop.set()
+        for caller in callers:
+            caller.join()
+    remote.close()
+    assert not failures, f"{len(failures)} calls failed, first: {failures[0]!r}"
+    assert len(answered) > killed_at, "no call was answered after the replica was killed"
+    assert max(answered) <= 1e-5
+    # The dead replica's vLLM engine processes do not outlive it.
+    gone, alive = psutil.wait_procs(engine_processes, timeout=30)
+    assert not alive, f"engine processes of the killed replica still run: {[p.pid for p in alive]}"
