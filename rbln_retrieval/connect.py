@@ -1,11 +1,13 @@
-"""One entry point for framework integrations: a local shared engine, or a remote server when base_url is set."""
+"""One entry point for framework integrations: a claim on a local shared engine, or on a client of remote servers
+when base_url is set."""
 
 from __future__ import annotations
 
 import os
 from typing import Any
 
-from rbln_retrieval.engine import PoolingEngine
+from rbln_retrieval.inputs import Truncate
+from rbln_retrieval.shared import EngineHandle, EngineSpec
 
 
 def get_engine(
@@ -14,15 +16,21 @@ def get_engine(
     base_url: str | list[str] | None = None,
     api_key: str | None = None,
     timeout: float | None = None,
+    truncate: Truncate = "end",
+    attach: bool = True,
     **options: Any,
-) -> Any:
-    """The engine every framework object on ``model`` shares.
+) -> EngineHandle:
+    """A claim on the engine every holder of ``model`` and ``options`` shares, with the engine's API.
 
-    Locally that is ``PoolingEngine.shared(model, **options)``. With ``base_url`` (one URL or a list of replicas)
-    it is a client of `rbln-retrieval serve` with the same ``embed``/``score``/``rerank`` API, sync and async.
+    Locally that is the process's shared ``PoolingEngine``; with ``base_url`` (one URL or a list of replicas) a
+    client of `rbln-retrieval serve` with the same ``embed``/``score``/``rerank`` API, sync and async. ``truncate``
+    and ``timeout`` are this holder's per-call defaults and never start a second engine. ``close()`` releases the
+    claim. ``attach=False`` defers starting (or joining) the engine to the first call.
     """
     if base_url is None:
-        return PoolingEngine.shared(model, **options)
-    from rbln_retrieval.remote import RemoteEngine
-
-    return RemoteEngine.shared(model, base_url=base_url, api_key=api_key, timeout=timeout, **options)
+        spec = EngineSpec(os.fspath(model), options)
+    else:
+        urls = (base_url,) if isinstance(base_url, str) else tuple(base_url)
+        client = {name: options.pop(name) for name in ("batch_size", "max_retries") if name in options}
+        spec = EngineSpec(os.fspath(model), options, base_url=urls, api_key=api_key, client=client)
+    return EngineHandle(spec, truncate=truncate, timeout=timeout, attach=attach)

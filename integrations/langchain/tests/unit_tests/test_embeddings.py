@@ -82,11 +82,12 @@ def test_engine_and_remote_settings_reach_get_engine(monkeypatch, minilm, minilm
         engine_kwargs={"max_num_seqs": 8},
     )
     RBLNEmbeddings(model="served-model", base_url=["http://a", "http://b"], api_key="explicit")
+    defaults = dict(device="auto", dtype="auto", family=None, trust_remote_code=False, allow_pickle=False)
     assert calls == [
-        ("served-model", dict(base_url="http://127.0.0.1:9/", api_key="from-env", timeout=5.0, device="auto",
-                              dtype="auto", max_length=128, truncate="error", engine_kwargs={"max_num_seqs": 8})),
-        ("served-model", dict(base_url=["http://a", "http://b"], api_key="explicit", timeout=None, device="auto",
-                              dtype="auto", max_length=None, truncate="end", engine_kwargs={})),
+        ("served-model", dict(base_url="http://127.0.0.1:9/", api_key="from-env", max_length=128, truncate="error",
+                              engine_kwargs={"max_num_seqs": 8}, **defaults)),
+        ("served-model", dict(base_url=["http://a", "http://b"], api_key="explicit", max_length=None,
+                              truncate="end", engine_kwargs={}, **defaults)),
     ]
 
 

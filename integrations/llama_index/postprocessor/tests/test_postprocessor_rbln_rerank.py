@@ -249,10 +249,12 @@ def test_remote_options_reach_get_engine(monkeypatch):
         "model": "served-reranker",
         "base_url": replicas,
         "api_key": "from-env",
-        "timeout": 2.0,
         "device": "auto",
         "dtype": "bfloat16",
         "max_length": None,
         "truncate": "end",
+        "family": None,
+        "trust_remote_code": False,
+        "allow_pickle": False,
         "engine_kwargs": {"a": 1},
     }

@@ -19,8 +19,11 @@ dispatcher = get_dispatcher(__name__)
 
 RETRIEVAL_SCORE_KEY = "retrieval_score"
 
-# Passed to rbln_retrieval.get_engine: objects whose values are equal share one engine.
-ENGINE_FIELDS = {"device", "dtype", "max_length", "truncate", "engine_kwargs", "base_url", "timeout"}
+# Passed to rbln_retrieval.get_engine: objects whose values are equal share one engine. They cannot change after
+# construction; every other field is read at each call, so assigning it takes effect.
+ENGINE_FIELDS = ("device", "dtype", "max_length", "family", "trust_remote_code", "allow_pickle", "engine_kwargs",
+                 "base_url")
+FROZEN_FIELDS = frozenset({"model", "api_key", *ENGINE_FIELDS})
 
 
 def _api_key_from_env() -> SecretStr | None:
@@ -33,6 +36,8 @@ class RBLNReranker(BaseNodePostprocessor):
 
     Scores are P(relevant) for cross-encoders and Qwen3-Reranker, cosine similarity for bi-encoders. Returns new
     NodeWithScore objects, best first; the input list and its NodeWithScore objects are left as they were.
+    Objects with equal engine settings share one engine; ``close()`` (or a ``with`` block) releases this object's
+    claim, and the engine closes with its last holder or at exit. Objects pickle and rejoin on first use.
 
     Examples:
         ```python
@@ -69,13 +74,21 @@ class RBLNReranker(BaseNodePostprocessor):
     device: Literal["auto", "rbln", "cpu"] = Field(
         default="auto", description="'rbln' needs an RBLN NPU, 'cpu' never uses one, 'auto' picks the NPU if present."
     )
-    dtype: Literal["auto", "float32", "bfloat16"] = Field(default="auto", description="Weights and activations dtype.")
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        default="auto",
+        description="'auto': bfloat16 matmuls on CPUs with native BF16 (AVX512_BF16 or AMX), else float32.",
+    )
     max_length: int | None = Field(
         default=None, gt=0, description="Token limit per query + node pair; None uses the model's own limit."
     )
     truncate: Literal["end", "start", "error"] = Field(
         default="end", description="Pairs over max_length are cut ('end' or 'start') or raise ('error')."
     )
+    family: Literal["qwen3-embedding", "qwen3-reranker", "bi-encoder", "cross-encoder"] | None = Field(
+        default=None, description="Model family; None reads it from the model directory or the server."
+    )
+    trust_remote_code: bool = Field(default=False, description="Run code shipped with the model (off by default).")
+    allow_pickle: bool = Field(default=False, description="Load pickle (*.bin) weights; off: safetensors only.")
     engine_kwargs: dict[str, Any] = Field(
         default_factory=dict, description="Extra vLLM engine arguments for the local engine."
     )
@@ -89,13 +102,31 @@ class RBLNReranker(BaseNodePostprocessor):
     )
     timeout: float | None = Field(default=None, gt=0, description="Seconds to wait for a remote server.")
 
-    _engine: Any = PrivateAttr()
+    _engine: Any = PrivateAttr(default=None)
 
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
         api_key = self.api_key.get_secret_value() if self.api_key is not None else None
         options = {name: getattr(self, name) for name in ENGINE_FIELDS}
-        self._engine = get_engine(self.model, api_key=api_key, **options)
+        self._engine = get_engine(self.model, api_key=api_key, truncate=self.truncate, **options)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in FROZEN_FIELDS:
+            raise ValueError(
+                f"{name} selects the engine of this RBLNReranker and cannot change after construction; "
+                "create a new object instead."
+            )
+        super().__setattr__(name, value)
+
+    def close(self) -> None:
+        """Release this object's claim on the shared engine; the engine closes when its last holder does."""
+        self._engine.close()
+
+    def __enter__(self) -> RBLNReranker:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     @field_validator("model", mode="before")
     @classmethod
@@ -113,7 +144,7 @@ class RBLNReranker(BaseNodePostprocessor):
         if not nodes or self._top_n == 0:  # nothing to score: the engine is never called
             return self._end([])
         with self.callback_manager.event(CBEventType.RERANKING, payload=payload) as event:
-            scores = [s for b in self._batches(nodes) for s in self._engine.score(query, b, instruction=self.instruction)]
+            scores = [s for b in self._batches(nodes) for s in self._engine.score(query, b, **self._call_options())]
             result = self._select(nodes, scores)
             event.on_end(payload={EventPayload.NODES: result})
         return self._end(result)
@@ -127,13 +158,17 @@ class RBLNReranker(BaseNodePostprocessor):
         with self.callback_manager.event(CBEventType.RERANKING, payload=payload) as event:
             # All batches are awaited together, so the engine schedules them as one workload.
             batches = await asyncio.gather(
-                *(self._engine.ascore(query, b, instruction=self.instruction) for b in self._batches(nodes))
+                *(self._engine.ascore(query, b, **self._call_options()) for b in self._batches(nodes))
             )
             result = self._select(nodes, [s for scores in batches for s in scores])
             event.on_end(payload={EventPayload.NODES: result})
         return self._end(result)
 
     # -- shared by the sync and async paths ----------------------------------------------------------------------
+    def _call_options(self) -> dict[str, Any]:
+        # Read at each call, so that assigning these fields takes effect.
+        return {"instruction": self.instruction, "truncate": self.truncate, "timeout": self.timeout}
+
     @property
     def _top_n(self) -> int | None:
         return None if self.top_n is None else max(self.top_n, 0)
