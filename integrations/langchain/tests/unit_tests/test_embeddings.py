@@ -32,13 +32,13 @@ class TestRBLNEmbeddingsStandard(EmbeddingsUnitTests):
 def test_model_name_alias_and_path(minilm, cpu, minilm_embeddings):
     by_alias = RBLNEmbeddings(model_name=str(minilm), **cpu)
     assert by_alias.model == str(minilm) == RBLNEmbeddings(model=minilm, **cpu).model
-    assert by_alias.engine is minilm_embeddings.engine
+    assert by_alias.engine.engine is minilm_embeddings.engine.engine
 
 
 def test_objects_share_one_engine_per_settings(minilm, cpu, minilm_embeddings):
     other = RBLNEmbeddings(model=minilm, batch_size=7, query_instruction="query: ", show_progress=True, **cpu)
     # Call-time settings never split the engine; engine settings do (a new engine would start here).
-    assert other.engine is minilm_embeddings.engine
+    assert other.engine.engine is minilm_embeddings.engine.engine
 
 
 @pytest.mark.parametrize(
