@@ -266,31 +266,32 @@ class RemoteEngine:
         _call_timeout.set(timeout)  # this task's context: the call's requests see it, other calls do not
         return await work
 
-    def _truncation(self, truncate: Truncate) -> dict[str, Any]:
-        if truncate == "error" or not self.family.max_length:
+    @staticmethod
+    def _truncation(family: ModelFamily, truncate: Truncate) -> dict[str, Any]:
+        if truncate == "error" or not family.max_length:
             return {}
         if truncate == "start":
             # vLLM then slices the token list, special tokens included: close to, not equal to, local "start".
-            return {"truncate_prompt_tokens": self.family.max_length, "truncation_side": "left"}
+            return {"truncate_prompt_tokens": family.max_length, "truncation_side": "left"}
         # Without a side vLLM truncates inside the tokenizer, which keeps special tokens as local mode does.
-        return {"truncate_prompt_tokens": self.family.max_length}
+        return {"truncate_prompt_tokens": family.max_length}
 
     async def _embed(self, texts, kind, instruction, dimensions, normalize, truncate, what="texts") -> np.ndarray:
-        await self._described()
-        if self.family.is_cross_encoder:
-            raise ValueError(f"{self.model} is a reranker ({self.family.name}); it scores pairs and cannot embed.")
+        family = await self._described()  # never the sync property here: it would wait on this very loop
+        if family.is_cross_encoder:
+            raise ValueError(f"{self.model} is a reranker ({family.name}); it scores pairs and cannot embed.")
         if kind not in ("document", "query"):
             raise ValueError(f"kind={kind!r} is not 'document' or 'query'.")
-        if self.family.hidden_size:
-            check_dimensions(dimensions, hidden_size=self.family.hidden_size, matryoshka=self.family.matryoshka,
+        if family.hidden_size:
+            check_dimensions(dimensions, hidden_size=family.hidden_size, matryoshka=family.matryoshka,
                              model=self.model)
-        prefix = self.family.query_prefix(instruction) if kind == "query" else self.family.document_prefix(instruction)
-        payload: dict[str, Any] = {"use_activation": normalize, **self._truncation(truncate)}
+        prefix = family.query_prefix(instruction) if kind == "query" else family.document_prefix(instruction)
+        payload: dict[str, Any] = {"use_activation": normalize, **self._truncation(family, truncate)}
         if dimensions is not None:
             payload["dimensions"] = dimensions
         prompts = [prefix + t for _, chunk in _chunks(texts, what) for t in chunk]
         if not prompts:
-            return np.zeros((0, dimensions or self.family.hidden_size), dtype=np.float32)
+            return np.zeros((0, dimensions or family.hidden_size), dtype=np.float32)
 
         async def batch(items: list[str]) -> list[list[float]]:
             data = (await self._post("/v1/embeddings", {**payload, "input": items}))["data"]
@@ -304,13 +305,13 @@ class RemoteEngine:
         docs = [d for _, chunk in _chunks(documents, "documents") for d in chunk]
         if not docs:
             return []
-        await self._described()
-        if not self.family.is_cross_encoder:
+        family = await self._described()
+        if not family.is_cross_encoder:
             doc_vectors = await self._embed(docs, "document", None, None, True, truncate, what="documents")
             query_vector = (await self._embed([query], "query", instruction, None, True, truncate))[0]
             return [float(s) for s in doc_vectors @ query_vector]
-        if self.family.name == "qwen3-reranker":
-            task = instruction if instruction is not None else self.family.default_instruction
+        if family.name == "qwen3-reranker":
+            task = instruction if instruction is not None else family.default_instruction
             prompts = [
                 QWEN3_RERANKER_PREFIX + QWEN3_RERANKER_PAIR.format(instruction=task, query=query, document=d)
                 + QWEN3_RERANKER_SUFFIX
@@ -318,7 +319,7 @@ class RemoteEngine:
             ]
 
             async def batch(items: list[str]) -> list[float]:
-                body = {"input": items, "add_special_tokens": False, **self._truncation(truncate)}
+                body = {"input": items, "add_special_tokens": False, **self._truncation(family, truncate)}
                 data = (await self._post("/classify", body))["data"]
                 return [row["probs"][0] for row in sorted(data, key=lambda row: row["index"])]
 
@@ -327,7 +328,7 @@ class RemoteEngine:
             raise ValueError(f"{self.model} is a cross-encoder and takes no instruction; leave instruction unset.")
 
         async def pairs(items: list[str]) -> list[float]:
-            body = {"queries": query, "documents": items, **self._truncation(truncate)}
+            body = {"queries": query, "documents": items, **self._truncation(family, truncate)}
             data = (await self._post("/score", body))["data"]
             return [row["score"] for row in sorted(data, key=lambda row: row["index"])]
 
