@@ -1,11 +1,14 @@
-"""One entry point for framework integrations: a local shared engine, or a remote server when base_url is set."""
+"""One entry point for framework integrations: a claim on a local shared engine, or on a client of remote servers
+when base_url is set."""
 
 from __future__ import annotations
 
 import os
 from typing import Any
 
-from rbln_retrieval.engine import PoolingEngine
+from rbln_retrieval.inputs import Truncate
+from rbln_retrieval.model_source import SOURCE_ARGS
+from rbln_retrieval.shared import EngineHandle, EngineSpec
 
 
 def get_engine(
@@ -14,17 +17,26 @@ def get_engine(
     base_url: str | list[str] | None = None,
     api_key: str | None = None,
     timeout: float | None = None,
+    truncate: Truncate = "end",
+    attach: bool = True,
     **options: Any,
-) -> Any:
-    """The engine every framework object on ``model`` shares.
+) -> EngineHandle:
+    """A claim on the engine every holder of ``model`` and ``options`` shares, with the engine's API.
 
-    Locally that is ``PoolingEngine.shared(model, **options)``; ``model`` is a directory or a Hugging Face id and
-    ``options`` may hold ``revision``, ``cache_folder``, ``token`` and ``local_files_only`` besides the engine
-    options. With ``base_url`` (one URL or a list of replicas) it is a client of `rbln-retrieval serve` with the
-    same ``embed``/``score``/``rerank`` API, sync and async; the client reads prompts from the model's configs.
+    Locally that is the process's shared ``PoolingEngine`` for ``model``, a directory or a Hugging Face id
+    (``options`` may hold ``revision``, ``cache_folder``, ``token`` and ``local_files_only`` besides the engine
+    options); with ``base_url`` (one URL or a list of replicas) a client of `rbln-retrieval serve` with the same
+    ``embed``/``score``/``rerank`` API, sync and async. ``truncate`` and ``timeout`` are this holder's per-call
+    defaults and never start a second engine. ``close()`` releases the claim. ``attach=False`` defers starting (or
+    joining) the engine to the first call.
     """
+    source_args = {name: options.pop(name) for name in SOURCE_ARGS if name in options}
     if base_url is None:
-        return PoolingEngine.shared(model, **options)
-    from rbln_retrieval.remote import RemoteEngine
+        from rbln_retrieval.engine import EngineOptions, resolve_source
 
-    return RemoteEngine.shared(model, base_url=base_url, api_key=api_key, timeout=timeout, **options)
+        spec = EngineSpec(resolve_source(model, EngineOptions(**options), **source_args), options)
+    else:
+        urls = (base_url,) if isinstance(base_url, str) else tuple(base_url)
+        client = {name: options.pop(name) for name in ("batch_size", "max_retries") if name in options}
+        spec = EngineSpec(os.fspath(model), options, base_url=urls, api_key=api_key, client={**client, **source_args})
+    return EngineHandle(spec, truncate=truncate, timeout=timeout, attach=attach)

@@ -4,15 +4,12 @@
 from __future__ import annotations
 
 import asyncio
-import atexit
 import itertools
 import logging
 import os
-import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from pathlib import Path
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -23,9 +20,10 @@ from rbln_retrieval.device import resolve_device
 from rbln_retrieval.engine_args import cpu_threads_env, vllm_engine_kwargs
 from rbln_retrieval.errors import EngineDeadError, EngineStartError
 from rbln_retrieval.families import FamilyName, ModelFamily, check_weights, detect_family, unreadable_weights
-from rbln_retrieval.inputs import check_dimensions, check_query, check_texts
+from rbln_retrieval.inputs import Truncate, check_dimensions, check_query, check_sequence, check_texts, check_truncate
 from rbln_retrieval.loop import EngineLoop
-from rbln_retrieval.model_source import ModelSource, resolve_model
+from rbln_retrieval.model_source import SOURCE_ARGS, ModelSource, resolve_model
+from rbln_retrieval.shared import EngineHandle, EngineSpec, close_all
 from rbln_retrieval.tokens import PromptTokenizer, Tokens
 
 logger = logging.getLogger(__name__)
@@ -38,9 +36,10 @@ CHUNK_SIZE = 1024
 
 
 class EngineOptions(BaseModel):
-    """Everything that decides which engine a model gets; equal options share one engine. Where the files come
-    from (revision, cache_folder, token, local_files_only) is not here: the resolved snapshot directory already
-    names it (see rbln_retrieval.model_source)."""
+    """Everything that changes an engine's computation; equal options share one engine. Per-call behaviour
+    (truncation, timeouts, batch sizes, progress) is an argument of each call instead, and where the files come
+    from (revision, cache_folder, token, local_files_only) is named by the resolved snapshot directory (see
+    rbln_retrieval.model_source)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -48,7 +47,6 @@ class EngineOptions(BaseModel):
     runner: Literal["bundled", "stock"] = "bundled"
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     max_length: int | None = Field(default=None, gt=0)
-    truncate: Literal["end", "start", "error"] = "end"
     family: FamilyName | None = None
     trust_remote_code: bool = False
     allow_pickle: bool = False
@@ -71,23 +69,23 @@ class PoolingEngine:
 
     ``model`` is a local directory or a Hugging Face id (``"org/name"`` or ``"org/name@revision"``) resolved
     through huggingface_hub's cache with ``revision``, ``cache_folder``, ``token`` and ``local_files_only``.
+    ``truncate`` is the default of this object's calls; each call may pass its own.
     """
-
-    _shared: ClassVar[dict[tuple[str, str], PoolingEngine]] = {}
-    _shared_lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(
         self,
         model: str | os.PathLike[str] | ModelSource,
         *,
+        truncate: Truncate = "end",
         revision: str | None = None,
         cache_folder: str | os.PathLike[str] | None = None,
         token: str | None = None,
         local_files_only: bool = False,
         **options: Any,
     ):
+        self.truncate = check_truncate(truncate)
         self.options = EngineOptions(**options)
-        self.source = _resolve(model, self.options, revision=revision, cache_folder=cache_folder, token=token,
+        self.source = resolve_source(model, self.options, revision=revision, cache_folder=cache_folder, token=token,
                                local_files_only=local_files_only)
         self.model = self.source.path
         self.family: ModelFamily = detect_family(
@@ -97,9 +95,7 @@ class PoolingEngine:
         if self.options.runner == "stock" and self.options.device == "rbln":
             raise ValueError("runner='stock' is vLLM's CPU runner; device='rbln' needs runner='bundled'.")
         self.device = resolve_device(self.options.device, compile_only=compile_only(self.options.engine_kwargs))
-        self.tokenizer = PromptTokenizer(
-            self.model, self.family, self.options.truncate, trust_remote_code=self.options.trust_remote_code
-        )
+        self.tokenizer = PromptTokenizer(self.model, self.family, trust_remote_code=self.options.trust_remote_code)
         self._loop = EngineLoop()
         self._vllm: Any = None
         self._restart = asyncio.Lock()  # one restart at a time when several calls find the engine dead
@@ -110,28 +106,26 @@ class PoolingEngine:
             raise
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
-    @classmethod
-    def shared(cls, model: str | os.PathLike[str] | ModelSource, **options: Any) -> PoolingEngine:
-        """The process-wide engine for ``model`` and ``options`` (those of the constructor), started on first use.
+    @staticmethod
+    def shared(
+        model: str | os.PathLike[str] | ModelSource, *, truncate: Truncate = "end", **options: Any
+    ) -> EngineHandle:
+        """A claim on the process-wide engine for ``model`` and ``options`` (those of the constructor), started by
+        the first claim; its ``close()`` releases the claim, and the engine closes with its last claim or at exit.
         Keyed by the resolved directory, so every spelling of one snapshot (id, id@revision, the snapshot
         directory) shares one engine; the source options (token included) are not part of the key."""
         source_args = {name: options.pop(name) for name in SOURCE_ARGS if name in options}
-        engine_options = EngineOptions(**options)
-        source = _resolve(model, engine_options, **source_args)
-        key = (str(Path(source.path).resolve()), engine_options.model_dump_json())
-        with cls._shared_lock:
-            engine = cls._shared.get(key)
-            if engine is None or engine._vllm is None:
-                engine = cls._shared[key] = cls(source, **options)
-            return engine
+        source = resolve_source(model, EngineOptions(**options), **source_args)
+        return EngineHandle(EngineSpec(source, options), truncate=truncate)
 
-    @classmethod
-    def close_all(cls) -> None:
+    @staticmethod
+    def close_all() -> None:
         """Close every shared engine (registered at exit so engine processes never outlive the program)."""
-        with cls._shared_lock:
-            engines = list(cls._shared.values())
-        for engine in engines:
-            engine.close()
+        close_all()
+
+    @property
+    def closed(self) -> bool:
+        return self._vllm is None and self._loop.loop.is_closed()
 
     async def _start(self) -> None:
         _vllm_quiet()
@@ -187,11 +181,7 @@ class PoolingEngine:
 
     def close(self) -> None:
         """Shut the engine down and free its memory; the object cannot be used afterwards."""
-        with self._shared_lock:
-            for key, engine in list(self._shared.items()):
-                if engine is self:
-                    del self._shared[key]
-        if self._vllm is not None and not self._loop.loop.is_closed():
+        if self._vllm is not None and not self._loop.loop.is_closed() and not self._loop.forked:
             self._loop.run(self._shutdown())
         self._loop.close()
 
@@ -237,19 +227,27 @@ class PoolingEngine:
         dimensions: int | None = None,
         normalize: bool = True,
         show_progress: bool = False,
+        truncate: Truncate | None = None,
     ) -> np.ndarray:
-        """Vectors for ``texts`` as a float32 array of shape (n, d), rows in input order."""
-        return self._loop.run(self._embed(texts, kind, instruction, dimensions, normalize, show_progress))
+        """Vectors for ``texts`` as a float32 array of shape (n, d), rows in input order. ``truncate`` (None: this
+        object's default) decides what happens to texts over ``max_length``: "end" keeps the start, "start" keeps
+        the end and the prompt, "error" raises naming the index."""
+        return self._loop.run(
+            self._embed(texts, kind, instruction, dimensions, normalize, show_progress, self._truncate(truncate))
+        )
 
-    def score(self, query: str, documents: Iterable[str], *, instruction: str | None = None) -> list[float]:
+    def score(
+        self, query: str, documents: Iterable[str], *, instruction: str | None = None, truncate: Truncate | None = None
+    ) -> list[float]:
         """Relevance of each document to ``query``: P(relevant) for rerankers, cosine for bi-encoders."""
-        return self._loop.run(self._score(query, documents, instruction))
+        return self._loop.run(self._score(query, documents, instruction, self._truncate(truncate)))
 
     def rerank(
-        self, query: str, documents: Iterable[str], *, top_n: int | None = None, instruction: str | None = None
+        self, query: str, documents: Iterable[str], *, top_n: int | None = None, instruction: str | None = None,
+        truncate: Truncate | None = None,
     ) -> list[tuple[int, float]]:
         """(index, score) pairs, best first; ``top_n`` None keeps all, 0 or less returns []."""
-        return _ranked(self.score(query, documents, instruction=instruction), top_n)
+        return _ranked(self.score(query, documents, instruction=instruction, truncate=truncate), top_n)
 
     # -- public async API --------------------------------------------------------------------------------------
     async def aembed(
@@ -261,16 +259,25 @@ class PoolingEngine:
         dimensions: int | None = None,
         normalize: bool = True,
         show_progress: bool = False,
+        truncate: Truncate | None = None,
     ) -> np.ndarray:
-        return await self._loop.arun(self._embed(texts, kind, instruction, dimensions, normalize, show_progress))
+        return await self._loop.arun(
+            self._embed(texts, kind, instruction, dimensions, normalize, show_progress, self._truncate(truncate))
+        )
 
-    async def ascore(self, query: str, documents: Iterable[str], *, instruction: str | None = None) -> list[float]:
-        return await self._loop.arun(self._score(query, documents, instruction))
+    async def ascore(
+        self, query: str, documents: Iterable[str], *, instruction: str | None = None, truncate: Truncate | None = None
+    ) -> list[float]:
+        return await self._loop.arun(self._score(query, documents, instruction, self._truncate(truncate)))
 
     async def arerank(
-        self, query: str, documents: Iterable[str], *, top_n: int | None = None, instruction: str | None = None
+        self, query: str, documents: Iterable[str], *, top_n: int | None = None, instruction: str | None = None,
+        truncate: Truncate | None = None,
     ) -> list[tuple[int, float]]:
-        return _ranked(await self.ascore(query, documents, instruction=instruction), top_n)
+        return _ranked(await self.ascore(query, documents, instruction=instruction, truncate=truncate), top_n)
+
+    def _truncate(self, truncate: str | None) -> Truncate:
+        return self.truncate if truncate is None else check_truncate(truncate)
 
     # -- implementation (runs on the engine loop) --------------------------------------------------------------
     async def _embed(
@@ -281,6 +288,7 @@ class PoolingEngine:
         dimensions: int | None,
         normalize: bool,
         show_progress: bool,
+        truncate: Truncate,
         what: str = "texts",
     ) -> np.ndarray:
         if self.family.is_cross_encoder:
@@ -299,21 +307,23 @@ class PoolingEngine:
         rows: list[np.ndarray] = []
         with self._progress(texts, show_progress) as bar:
             for first, chunk in _chunks(texts, what):
-                tokens = await _off_loop(chunk, self.tokenizer.encode_texts, chunk, prefix, first_index=first)
+                tokens = await _off_loop(chunk, self.tokenizer.encode_texts, chunk, prefix, truncate, first_index=first)
                 rows.extend(await self._encode(tokens, params, bar))
         if not rows:
             return np.zeros((0, dimensions or self.dimension), dtype=np.float32)
         return np.stack(rows).astype(np.float32, copy=False)
 
-    async def _score(self, query: str, documents: Iterable[str], instruction: str | None) -> list[float]:
+    async def _score(
+        self, query: str, documents: Iterable[str], instruction: str | None, truncate: Truncate
+    ) -> list[float]:
         query = check_query(query)
         if instruction is not None and not isinstance(instruction, str):
             raise TypeError(f"instruction is {type(instruction).__name__}, expected str or None.")
         if self.family.name == "bi-encoder" or self.family.name == "qwen3-embedding":
-            docs = await self._embed(documents, "document", None, None, True, False, what="documents")
+            docs = await self._embed(documents, "document", None, None, True, False, truncate, what="documents")
             if len(docs) == 0:
                 return []
-            q = await self._embed([query], "query", instruction, None, True, False)
+            q = await self._embed([query], "query", instruction, None, True, False, truncate)
             return [float(s) for s in docs @ q[0]]
         if instruction is not None and self.family.name == "cross-encoder":
             raise ValueError(f"{self.model} is a cross-encoder and takes no instruction; leave instruction unset.")
@@ -325,10 +335,10 @@ class PoolingEngine:
             if self.family.name == "qwen3-reranker":
                 task = instruction if instruction is not None else self.family.default_instruction
                 tokens = await _off_loop(
-                    chunk, self.tokenizer.encode_qwen3_reranker, query, chunk, task, first_index=first
+                    chunk, self.tokenizer.encode_qwen3_reranker, query, chunk, task, truncate, first_index=first
                 )
             else:
-                tokens = await _off_loop(chunk, self.tokenizer.encode_pairs, query, chunk, first_index=first)
+                tokens = await _off_loop(chunk, self.tokenizer.encode_pairs, query, chunk, truncate, first_index=first)
             scores.extend(float(row.reshape(-1)[0]) for row in await self._encode(tokens, params, None))
         return scores
 
@@ -381,10 +391,7 @@ class PoolingEngine:
         return tqdm(total=total, disable=not show_progress, desc="Embedding", unit="text")
 
 
-SOURCE_ARGS = ("revision", "cache_folder", "token", "local_files_only")
-
-
-def _resolve(model: str | os.PathLike[str] | ModelSource, options: EngineOptions, **source_args: Any) -> ModelSource:
+def resolve_source(model: str | os.PathLike[str] | ModelSource, options: EngineOptions, **source_args: Any) -> ModelSource:
     """The snapshot directory for ``model``, fetching only the files these options let the engine read."""
     return resolve_model(
         model, allow_pickle=options.allow_pickle, trust_remote_code=options.trust_remote_code, **source_args
@@ -405,8 +412,7 @@ async def _off_loop(chunk: list[str], fn: Callable[..., T], *args: Any, **kwargs
 
 def _chunks(texts: Iterable[str], what: str = "texts") -> Iterator[tuple[int, list[str]]]:
     """(index of first item, validated chunk) pairs; raises TypeError naming the global index of a bad item."""
-    if isinstance(texts, (str, bytes)) or texts is None:
-        raise TypeError(f"{what} must be a list of strings, not {type(texts).__name__}.")
+    check_sequence(texts, what)
     iterator = iter(texts)
     first = 0
     while chunk := list(itertools.islice(iterator, CHUNK_SIZE)):
@@ -420,5 +426,3 @@ def _ranked(scores: list[float], top_n: int | None) -> list[tuple[int, float]]:
     order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
     return [(i, scores[i]) for i in order[:top_n]]
 
-
-atexit.register(PoolingEngine.close_all)

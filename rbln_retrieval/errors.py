@@ -25,3 +25,8 @@ class EngineStartError(RBLNRetrievalError, RuntimeError):
 class EngineDeadError(RBLNRetrievalError, RuntimeError):
     """The engine (a failed step in process, or its dead engine process) failed the requests in flight; the next
     call starts a fresh engine."""
+
+
+class EngineForkedError(RBLNRetrievalError, RuntimeError):
+    """A local engine was used in a process forked after it started; its engine thread exists only in the
+    parent. Shared engines (PoolingEngine.shared, get_engine, the framework classes) start a fresh one instead."""

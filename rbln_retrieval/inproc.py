@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import queue
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -29,6 +30,15 @@ logger = logging.getLogger(__name__)
 _TURN = threading.Lock()
 # Engines of this process that are built and not yet shut down (changed only while holding _TURN).
 _LIVE: set[int] = set()
+
+
+def _after_fork_in_child() -> None:
+    # A step thread of the parent may have held the turn at the fork; it does not exist here to release it.
+    global _TURN
+    _TURN = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _shut_down(engine: Any) -> None:

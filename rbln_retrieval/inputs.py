@@ -2,21 +2,47 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
+
+Truncate = Literal["end", "start", "error"]
+TRUNCATE_MODES = ("end", "start", "error")
+
+# A Python str can hold surrogate code points (what errors="surrogateescape" decoding leaves for undecodable
+# bytes) that are not characters and cannot be encoded; the tokenizers and JSON reject them.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def check_sequence(texts: Any, what: str = "texts") -> None:
+    """Refuse a value that iterates but is not a sequence of texts: a string, bytes, None or a mapping."""
+    if isinstance(texts, (str, bytes)) or texts is None:
+        raise TypeError(f"{what} must be a list of strings, not {type(texts).__name__}.")
+    if isinstance(texts, Mapping):
+        raise TypeError(
+            f"{what} must be a list of strings, not a {type(texts).__name__} (its keys would be embedded; "
+            f"pass list({what}.values()) for its values)."
+        )
+
+
+def valid_unicode(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD, as decoding with errors="replace" would have done."""
+    if text.isascii():
+        return text
+    return _SURROGATE.sub("\ufffd", text)
 
 
 def check_texts(texts: Iterable[Any], what: str = "texts", *, first_index: int = 0) -> list[str]:
-    """Return ``texts`` as a list of str, or raise TypeError naming the first item that is not one.
+    """Return ``texts`` as a list of valid Unicode str, or raise TypeError naming the first item that is not a str.
 
     ``first_index`` is the position of ``texts[0]`` in the caller's whole input, so chunks name global indices.
     """
-    if isinstance(texts, (str, bytes)):
-        raise TypeError(f"{what} must be a list of strings, not a single {type(texts).__name__}.")
+    check_sequence(texts, what)
     items = list(texts)
     for index, text in enumerate(items):
         if not isinstance(text, str):
             raise TypeError(f"{what}[{first_index + index}] is {type(text).__name__}, expected str.")
+        items[index] = valid_unicode(text)
     return items
 
 
@@ -25,7 +51,13 @@ def check_query(query: Any) -> str:
         raise TypeError(f"query is {type(query).__name__}, expected str.")
     if not query.strip():
         raise ValueError("query is empty; a relevance score needs a query to compare against.")
-    return query
+    return valid_unicode(query)
+
+
+def check_truncate(truncate: Any) -> Truncate:
+    if truncate not in TRUNCATE_MODES:
+        raise ValueError(f"truncate={truncate!r} is not one of 'end', 'start', 'error'.")
+    return truncate
 
 
 def check_dimensions(dimensions: int | None, *, hidden_size: int, matryoshka: bool, model: str) -> int | None:

@@ -34,6 +34,10 @@ CODE_PATTERNS = ["*.py"]  # only with trust_remote_code
 IGNORE_PATTERNS = ["onnx/*", "openvino/*"]
 
 
+# Arguments of every entry point that say where a model's files come from (never part of an engine's identity).
+SOURCE_ARGS = ("revision", "cache_folder", "token", "local_files_only")
+
+
 @dataclass(frozen=True)
 class ModelSource:
     """A resolved model: the local directory the engine reads and, for hub models, the id and commit it holds."""

@@ -1,7 +1,8 @@
 """RemoteEngine: the PoolingEngine API against `rbln-retrieval serve` replicas (vLLM's OpenAI-compatible server).
 
-Prompts and templates are applied here exactly as in local mode and raw text is sent, so remote results equal
-local ones. Inputs are cut into batches that are spread over the healthy replicas; a replica that fails is taken
+The server describes its model (family, prompts, dimensions, max length) on ``DESCRIBE_PATH``; the client reads it
+once, so a client that has only the model's name applies prompts and templates exactly as local mode does and sends
+raw text: remote results equal local ones. Inputs are cut into batches that are spread over the healthy replicas; a replica that fails is taken
 out for a cool-down and its batch is retried elsewhere with backoff, so every input gets exactly one result, in
 input order, or the call raises.
 """
@@ -9,15 +10,16 @@ input order, or the call raises.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import dataclasses
 import logging
 import os
 import random
-import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import httpx
 import numpy as np
@@ -25,19 +27,29 @@ import numpy as np
 from rbln_retrieval.engine import EngineOptions, _chunks, _ranked
 from rbln_retrieval.errors import ModelNotSupportedError, RBLNRetrievalError
 from rbln_retrieval.families import (
+    QWEN3_DEFAULT_TASK,
+    QWEN3_QUERY_TEMPLATE,
     QWEN3_RERANKER_PAIR,
     QWEN3_RERANKER_PREFIX,
     QWEN3_RERANKER_SUFFIX,
     ModelFamily,
     detect_family,
 )
-from rbln_retrieval.inputs import check_dimensions, check_query
+from rbln_retrieval.inputs import Truncate, check_dimensions, check_query, check_truncate
 from rbln_retrieval.loop import EngineLoop
 from rbln_retrieval.model_source import resolve_model, split_reference
 
 logger = logging.getLogger(__name__)
 
+logger = logging.getLogger(__name__)
+
 DEFAULT_TIMEOUT = 60.0
+# Read-only route of `rbln-retrieval serve` describing the served model (rbln_retrieval.serve); under /v1, so the
+# server's API key guards it like the rest of the API.
+DESCRIBE_PATH = "/v1/rbln-retrieval/model"
+
+# The timeout of the call in progress (None: the client's), seen by every request the call makes.
+_call_timeout: contextvars.ContextVar[float | None] = contextvars.ContextVar("rbln_remote_timeout", default=None)
 
 
 class RemoteError(RBLNRetrievalError, ConnectionError):
@@ -63,10 +75,10 @@ class _Replica:
 
 
 class RemoteEngine:
-    """``embed``/``score``/``rerank`` (sync and async) served by one or more remote replicas."""
+    """``embed``/``score``/``rerank`` (sync and async) served by one or more remote replicas.
 
-    _shared: ClassVar[dict[tuple[Any, ...], RemoteEngine]] = {}
-    _shared_lock: ClassVar[threading.Lock] = threading.Lock()
+    The model's family comes from the server's description; an explicit ``family`` must agree with it and is used
+    where the server gives none (a plain vLLM server). ``truncate`` and ``timeout`` are defaults of each call."""
 
     def __init__(
         self,
@@ -81,6 +93,7 @@ class RemoteEngine:
         cache_folder: str | os.PathLike[str] | None = None,
         token: str | None = None,
         local_files_only: bool = False,
+        truncate: Truncate = "end",
         **options: Any,
     ):
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
@@ -89,10 +102,11 @@ class RemoteEngine:
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size} must be at least 1.")
         self.model = str(model)
+        self.truncate = check_truncate(truncate)
         self.options = EngineOptions(**options)
-        self.family: ModelFamily = self._family(
-            revision=revision, cache_folder=cache_folder, token=token, local_files_only=local_files_only
-        )
+        # Where a hub id's config files come from, for a server that does not describe its model.
+        self._source_args = {"revision": revision, "cache_folder": cache_folder, "token": token,
+                             "local_files_only": local_files_only}
         self._replicas = [_Replica(u.rstrip("/")) for u in urls]
         self._api_key = api_key if api_key is not None else os.environ.get("RBLN_API_KEY")
         self._timeout = DEFAULT_TIMEOUT if timeout is None else timeout
@@ -101,44 +115,110 @@ class RemoteEngine:
         self._loop = EngineLoop("rbln-retrieval-remote")
         self._client: httpx.AsyncClient | None = None
         self._served_model: str | None = None
+        self._family: ModelFamily | None = None
+        self._closed = False
 
-    def _family(self, **source_args: Any) -> ModelFamily:
-        """The family from the model's configs: a local directory, or a hub id's config files (no weights)."""
+    @property
+    def family(self) -> ModelFamily:
+        """The served model's family, read from the server on first use."""
+        if self._family is None:
+            self._run(self._described())
+        return self._family
+
+    async def _described(self) -> ModelFamily:
+        if self._family is None:
+            answered, served = await self._server_family()
+            if not answered:  # no replica up: the call fails in _post with the usual error; ask again next time
+                return self._checked_family(None, warn=False)
+            self._family = self._checked_family(served)
+        return self._family
+
+    async def _server_family(self) -> tuple[bool, ModelFamily | None]:
+        """(whether a replica answered, the family it describes or None for a server without the route)."""
+        client = self._http()
+        for replica in self._replicas:
+            try:
+                response = await client.get(replica.url + DESCRIBE_PATH)
+            except httpx.HTTPError:
+                continue
+            if response.status_code in (401, 403):
+                raise RemoteAuthError(
+                    f"{replica.url} rejected the request with HTTP {response.status_code}: "
+                    "set api_key (or RBLN_API_KEY) to the server's key."
+                )
+            if response.status_code == 404:
+                return True, None
+            try:
+                return True, ModelFamily(**response.json()["family"])
+            except (ValueError, KeyError, TypeError):
+                continue
+        return False, None
+
+    def _checked_family(self, served: ModelFamily | None, warn: bool = True) -> ModelFamily:
+        wanted = self.options.family
+        if served is not None:
+            if wanted is not None and wanted != served.name:
+                raise ValueError(
+                    f"family={wanted!r} was requested, but the server serves {self.model} as {served.name!r}."
+                )
+            if self.options.max_length and self.options.max_length != served.max_length:
+                served = dataclasses.replace(served, max_length=min(served.max_length, self.options.max_length))
+            return served
         try:
-            source = resolve_model(self.model, weights=False, **source_args)
+            source = resolve_model(self.model, weights=False, **self._source_args)
         except ModelNotSupportedError as exc:
-            # The client may not have the model files: prompts then come only from explicit instructions.
-            logger.info("%s Prompts come only from explicit instructions.", exc)
+            logger.info("%s Prompts come only from the family's defaults and explicit instructions.", exc)
         else:
-            return detect_family(source.path, max_length=self.options.max_length, family=self.options.family)
+            return detect_family(source.path, max_length=self.options.max_length, family=wanted)
+        if wanted is None and warn:
+            logger.warning(
+                "The server does not describe %s and family is unset: treating it as a bi-encoder. Pass family= "
+                "if it is a reranker or Qwen3-Embedding.", self.model
+            )
+        # Without the model files, prompts come only from the family's defaults and explicit instructions.
         return ModelFamily(
-            name=self.options.family or "bi-encoder",
+            name=wanted or "bi-encoder",
             architecture="remote",
             hidden_size=0,
             max_length=self.options.max_length or 0,
+            default_instruction=QWEN3_DEFAULT_TASK if wanted in ("qwen3-embedding", "qwen3-reranker") else None,
+            query_prompt=QWEN3_QUERY_TEMPLATE.format(instruction=QWEN3_DEFAULT_TASK) if wanted == "qwen3-embedding"
+            else "",
+            matryoshka=wanted == "qwen3-embedding",
         )
-
-    @classmethod
-    def shared(cls, model: str | os.PathLike[str], *, base_url: str | list[str], **kwargs: Any) -> RemoteEngine:
-        urls = (base_url,) if isinstance(base_url, str) else tuple(base_url)
-        # The hub token only fetches config files; like EngineOptions, the key leaves it out.
-        key = (str(model), urls, repr(sorted((k, v) for k, v in kwargs.items() if k != "token")))
-        with cls._shared_lock:
-            if key not in cls._shared:
-                cls._shared[key] = cls(model, base_url=base_url, **kwargs)
-            return cls._shared[key]
 
     def __repr__(self) -> str:  # never shows the API key
         return f"RemoteEngine(model={self.model!r}, replicas={[r.url for r in self._replicas]})"
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self) -> None:
-        with self._shared_lock:
-            for key, engine in list(self._shared.items()):
-                if engine is self:
-                    del self._shared[key]
-        if self._client is not None and not self._loop.loop.is_closed():
+        self._closed = True
+        if self._client is not None and not self._loop.loop.is_closed() and not self._loop.forked:
             self._loop.run(self._client.aclose())
         self._loop.close()
+
+    def _run(self, coro: Any) -> Any:
+        self._reconnect_after_fork()
+        return self._loop.run(coro)
+
+    async def _arun(self, coro: Any) -> Any:
+        self._reconnect_after_fork()
+        return await self._loop.arun(coro)
+
+    def _reconnect_after_fork(self) -> None:
+        # A forked child has a copy of this client without the loop thread and with the parent's connections.
+        if self._loop.forked and not self._closed:
+            self._loop = EngineLoop("rbln-retrieval-remote")
+            self._client = None
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+            self._client = httpx.AsyncClient(headers=headers, timeout=self._timeout)
+        return self._client
 
     def __enter__(self) -> RemoteEngine:
         return self
@@ -149,59 +229,83 @@ class RemoteEngine:
     @property
     def dimension(self) -> int:
         if not self.family.hidden_size:
-            self.family = ModelFamily(**{**self.family.__dict__, "hidden_size": self.embed([""]).shape[1]})
+            self._family = dataclasses.replace(self.family, hidden_size=self.embed([""]).shape[1])
         return self.family.hidden_size
 
     # -- public API (same signatures as PoolingEngine) ----------------------------------------------------------
     def embed(self, texts: Iterable[str], *, kind: Literal["document", "query"] = "document",
               instruction: str | None = None, dimensions: int | None = None, normalize: bool = True,
-              show_progress: bool = False) -> np.ndarray:
-        return self._loop.run(self._embed(texts, kind, instruction, dimensions, normalize))
+              show_progress: bool = False, truncate: Truncate | None = None,
+              timeout: float | None = None) -> np.ndarray:
+        return self._run(self._call(timeout, self._embed(texts, kind, instruction, dimensions, normalize,
+                                                          self._truncate(truncate))))
 
     async def aembed(self, texts: Iterable[str], *, kind: Literal["document", "query"] = "document",
                      instruction: str | None = None, dimensions: int | None = None, normalize: bool = True,
-                     show_progress: bool = False) -> np.ndarray:
-        return await self._loop.arun(self._embed(texts, kind, instruction, dimensions, normalize))
+                     show_progress: bool = False, truncate: Truncate | None = None,
+                     timeout: float | None = None) -> np.ndarray:
+        return await self._arun(self._call(timeout, self._embed(texts, kind, instruction, dimensions, normalize,
+                                                                 self._truncate(truncate))))
 
-    def score(self, query: str, documents: Iterable[str], *, instruction: str | None = None) -> list[float]:
-        return self._loop.run(self._score(query, documents, instruction))
+    def score(self, query: str, documents: Iterable[str], *, instruction: str | None = None,
+              truncate: Truncate | None = None, timeout: float | None = None) -> list[float]:
+        return self._run(self._call(timeout, self._score(query, documents, instruction, self._truncate(truncate))))
 
-    async def ascore(self, query: str, documents: Iterable[str], *, instruction: str | None = None) -> list[float]:
-        return await self._loop.arun(self._score(query, documents, instruction))
+    async def ascore(self, query: str, documents: Iterable[str], *, instruction: str | None = None,
+                     truncate: Truncate | None = None, timeout: float | None = None) -> list[float]:
+        return await self._arun(self._call(timeout, self._score(query, documents, instruction,
+                                                                 self._truncate(truncate))))
 
     def rerank(self, query: str, documents: Iterable[str], *, top_n: int | None = None,
-               instruction: str | None = None) -> list[tuple[int, float]]:
-        return _ranked(self.score(query, documents, instruction=instruction), top_n)
+               instruction: str | None = None, truncate: Truncate | None = None,
+               timeout: float | None = None) -> list[tuple[int, float]]:
+        return _ranked(self.score(query, documents, instruction=instruction, truncate=truncate, timeout=timeout),
+                       top_n)
 
     async def arerank(self, query: str, documents: Iterable[str], *, top_n: int | None = None,
-                      instruction: str | None = None) -> list[tuple[int, float]]:
-        return _ranked(await self.ascore(query, documents, instruction=instruction), top_n)
+                      instruction: str | None = None, truncate: Truncate | None = None,
+                      timeout: float | None = None) -> list[tuple[int, float]]:
+        return _ranked(await self.ascore(query, documents, instruction=instruction, truncate=truncate,
+                                         timeout=timeout), top_n)
 
     # -- implementation (on the client's loop) ------------------------------------------------------------------
-    def _truncation(self) -> dict[str, Any]:
-        if self.options.truncate == "error" or not self.family.max_length:
-            return {}
-        if self.options.truncate == "start":
-            # vLLM then slices the token list, special tokens included: close to, not equal to, local "start".
-            return {"truncate_prompt_tokens": self.family.max_length, "truncation_side": "left"}
-        # Without a side vLLM truncates inside the tokenizer, which keeps special tokens as local mode does.
-        return {"truncate_prompt_tokens": self.family.max_length}
+    def _truncate(self, truncate: str | None) -> Truncate:
+        return self.truncate if truncate is None else check_truncate(truncate)
 
-    async def _embed(self, texts, kind, instruction, dimensions, normalize, what="texts") -> np.ndarray:
-        if self.family.is_cross_encoder:
-            raise ValueError(f"{self.model} is a reranker ({self.family.name}); it scores pairs and cannot embed.")
+    @staticmethod
+    async def _call(timeout: float | None, work: Any) -> Any:
+        if timeout is not None and not timeout > 0:
+            work.close()
+            raise ValueError(f"timeout={timeout!r} must be a positive number of seconds or None.")
+        _call_timeout.set(timeout)  # this task's context: the call's requests see it, other calls do not
+        return await work
+
+    @staticmethod
+    def _truncation(family: ModelFamily, truncate: Truncate) -> dict[str, Any]:
+        if truncate == "error" or not family.max_length:
+            return {}
+        if truncate == "start":
+            # vLLM then slices the token list, special tokens included: close to, not equal to, local "start".
+            return {"truncate_prompt_tokens": family.max_length, "truncation_side": "left"}
+        # Without a side vLLM truncates inside the tokenizer, which keeps special tokens as local mode does.
+        return {"truncate_prompt_tokens": family.max_length}
+
+    async def _embed(self, texts, kind, instruction, dimensions, normalize, truncate, what="texts") -> np.ndarray:
+        family = await self._described()  # never the sync property here: it would wait on this very loop
+        if family.is_cross_encoder:
+            raise ValueError(f"{self.model} is a reranker ({family.name}); it scores pairs and cannot embed.")
         if kind not in ("document", "query"):
             raise ValueError(f"kind={kind!r} is not 'document' or 'query'.")
-        if self.family.hidden_size:
-            check_dimensions(dimensions, hidden_size=self.family.hidden_size, matryoshka=self.family.matryoshka,
+        if family.hidden_size:
+            check_dimensions(dimensions, hidden_size=family.hidden_size, matryoshka=family.matryoshka,
                              model=self.model)
-        prefix = self.family.query_prefix(instruction) if kind == "query" else self.family.document_prefix(instruction)
-        payload: dict[str, Any] = {"use_activation": normalize, **self._truncation()}
+        prefix = family.query_prefix(instruction) if kind == "query" else family.document_prefix(instruction)
+        payload: dict[str, Any] = {"use_activation": normalize, **self._truncation(family, truncate)}
         if dimensions is not None:
             payload["dimensions"] = dimensions
         prompts = [prefix + t for _, chunk in _chunks(texts, what) for t in chunk]
         if not prompts:
-            return np.zeros((0, dimensions or self.family.hidden_size), dtype=np.float32)
+            return np.zeros((0, dimensions or family.hidden_size), dtype=np.float32)
 
         async def batch(items: list[str]) -> list[list[float]]:
             data = (await self._post("/v1/embeddings", {**payload, "input": items}))["data"]
@@ -209,16 +313,19 @@ class RemoteEngine:
 
         return np.asarray(await self._batched(prompts, batch), dtype=np.float32)
 
-    async def _score(self, query: str, documents: Iterable[str], instruction: str | None) -> list[float]:
+    async def _score(self, query: str, documents: Iterable[str], instruction: str | None,
+                     truncate: Truncate) -> list[float]:
         query = check_query(query)
         docs = [d for _, chunk in _chunks(documents, "documents") for d in chunk]
         if not docs:
             return []
-        if not self.family.is_cross_encoder:
-            doc_vectors = await self._embed(docs, "document", None, None, True, what="documents")
-            return [float(s) for s in doc_vectors @ (await self._embed([query], "query", instruction, None, True))[0]]
-        if self.family.name == "qwen3-reranker":
-            task = instruction if instruction is not None else self.family.default_instruction
+        family = await self._described()
+        if not family.is_cross_encoder:
+            doc_vectors = await self._embed(docs, "document", None, None, True, truncate, what="documents")
+            query_vector = (await self._embed([query], "query", instruction, None, True, truncate))[0]
+            return [float(s) for s in doc_vectors @ query_vector]
+        if family.name == "qwen3-reranker":
+            task = instruction if instruction is not None else family.default_instruction
             prompts = [
                 QWEN3_RERANKER_PREFIX + QWEN3_RERANKER_PAIR.format(instruction=task, query=query, document=d)
                 + QWEN3_RERANKER_SUFFIX
@@ -226,7 +333,7 @@ class RemoteEngine:
             ]
 
             async def batch(items: list[str]) -> list[float]:
-                body = {"input": items, "add_special_tokens": False, **self._truncation()}
+                body = {"input": items, "add_special_tokens": False, **self._truncation(family, truncate)}
                 data = (await self._post("/classify", body))["data"]
                 return [row["probs"][0] for row in sorted(data, key=lambda row: row["index"])]
 
@@ -235,7 +342,8 @@ class RemoteEngine:
             raise ValueError(f"{self.model} is a cross-encoder and takes no instruction; leave instruction unset.")
 
         async def pairs(items: list[str]) -> list[float]:
-            data = (await self._post("/score", {"queries": query, "documents": items, **self._truncation()}))["data"]
+            body = {"queries": query, "documents": items, **self._truncation(family, truncate)}
+            data = (await self._post("/score", body))["data"]
             return [row["score"] for row in sorted(data, key=lambda row: row["index"])]
 
         return [float(s) for s in await self._batched(docs, pairs)]
@@ -260,17 +368,16 @@ class RemoteEngine:
         return min(self._replicas, key=lambda r: r.down_until)  # all down: try the one that went down first
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        if self._client is None:
-            headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
-            self._client = httpx.AsyncClient(headers=headers, timeout=self._timeout)
+        client = self._http()
+        timeout = _call_timeout.get() or self._timeout
         body = {"model": await self._model_id(), **body}
         failure = "no attempt made"
         for attempt in range(self._max_retries + 1):
             replica = self._pick()
             try:
-                response = await self._client.post(replica.url + path, json=body)
+                response = await client.post(replica.url + path, json=body, timeout=timeout)
             except httpx.TimeoutException:
-                failure = f"{replica.url} timed out after {self._timeout:g} s"
+                failure = f"{replica.url} timed out after {timeout:g} s"
             except httpx.TransportError as exc:
                 failure = f"could not reach {replica.url} ({type(exc).__name__}: {exc})"
             else:
@@ -303,7 +410,7 @@ class RemoteEngine:
         if self._served_model is None:
             for replica in self._replicas:
                 try:
-                    response = await self._client.get(replica.url + "/v1/models")
+                    response = await self._http().get(replica.url + "/v1/models")
                     models = response.json()["data"] if response.status_code == 200 else []
                 except (httpx.HTTPError, ValueError, KeyError):
                     continue

@@ -2,19 +2,29 @@
 
 We write no HTTP server: this builds vLLM's serve arguments from the same preset table the in-process engine
 uses (hf_overrides, pooling, max length, runner settings) and runs vLLM's API server, which exposes
-/v1/embeddings, /classify, /score, /rerank, /health and /metrics, and shuts down cleanly on SIGTERM.
+/v1/embeddings, /classify, /score, /rerank, /health and /metrics, and shuts down cleanly on SIGTERM. One read-only
+route is added beside vLLM's own: GET DESCRIBE_PATH describes the served model (family, prompts and templates,
+dimensions, max length), so clients that have only the model's name score it exactly as local mode does.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from typing import Any
 
 from rbln_retrieval.device import resolve_device
-from rbln_retrieval.engine import SOURCE_ARGS, EngineOptions, _resolve, _vllm_quiet
+from rbln_retrieval.engine import EngineOptions, _vllm_quiet, resolve_source
 from rbln_retrieval.engine_args import cpu_threads_env, vllm_engine_kwargs
-from rbln_retrieval.families import check_weights, detect_family
+from rbln_retrieval.families import ModelFamily, check_weights, detect_family
+from rbln_retrieval.model_source import SOURCE_ARGS
+from rbln_retrieval.remote import DESCRIBE_PATH
+
+
+def describe(model: str, family: ModelFamily) -> dict[str, Any]:
+    """What GET DESCRIBE_PATH answers: every field of the family, which RemoteEngine turns back into it."""
+    return {"model": model, "family": dataclasses.asdict(family)}
 
 
 def server_args(
@@ -30,7 +40,7 @@ def server_args(
     with: the repo id for a hub model (without ``@revision``, as ``vllm serve`` does), else the directory."""
     source_args = {name: options.pop(name) for name in SOURCE_ARGS if name in options}
     opts = EngineOptions(**options)
-    source = _resolve(model, opts, **source_args)
+    source = resolve_source(model, opts, **source_args)
     family = detect_family(source.path, max_length=opts.max_length, family=opts.family)
     check_weights(source.path, allow_pickle=opts.allow_pickle)
     device = resolve_device(opts.device)
@@ -72,9 +82,26 @@ def serve(model: str, *, host: str = "127.0.0.1", port: int = 8000, api_key: str
 
     api_key = api_key or os.environ.get("RBLN_API_KEY")
     args, target = server_args(model, host=host, port=port, api_key=api_key, **options)
+    opts = EngineOptions(**options)
+    _publish_description(describe(model, detect_family(model, max_length=opts.max_length, family=opts.family)))
     with backend.activated(target, cpu_threads_env() if target != "rbln" else None):
         try:
             uvloop.run(run_server(args))
         except KeyboardInterrupt:
             pass
     return 0
+
+
+def _publish_description(description: dict[str, Any]) -> None:
+    """Add GET DESCRIBE_PATH to the FastAPI app vLLM's server builds in this process; vLLM's middleware wraps
+    every route, so the API key guards it like /v1/models."""
+    from vllm.entrypoints.launchers.api_server import entry
+
+    build_vllm_app = entry.build_app
+
+    def build_app(*args: Any, **kwargs: Any) -> Any:
+        app = build_vllm_app(*args, **kwargs)
+        app.add_api_route(DESCRIBE_PATH, lambda: description, methods=["GET"], include_in_schema=True)
+        return app
+
+    entry.build_app = build_app

@@ -12,8 +12,8 @@ from rbln_retrieval.backend import rbln_runtime
 
 
 def test_empty_list_returns_an_empty_matrix_without_touching_the_engine(minilm_engine, monkeypatch):
-    monkeypatch.setattr(minilm_engine, "_vllm", None)  # any engine call would now fail
-    monkeypatch.setattr(minilm_engine, "_start", None)
+    monkeypatch.setattr(minilm_engine.engine, "_vllm", None)  # any engine call would now fail
+    monkeypatch.setattr(minilm_engine.engine, "_start", None)
     out = minilm_engine.embed([])
     assert out.shape == (0, 384) and out.dtype == np.float32
     assert minilm_engine.score("query", []) == []
@@ -36,6 +36,26 @@ def test_non_string_item_raises_type_error_naming_the_index(minilm_engine, bad, 
 def test_a_single_string_instead_of_a_list_is_rejected(minilm_engine):
     with pytest.raises(TypeError, match="must be a list of strings"):
         minilm_engine.embed("hello")
+
+
+def test_a_mapping_instead_of_a_list_is_refused(minilm_engine):
+    with pytest.raises(TypeError, match=r"texts must be a list of strings, not a dict \(its keys would be embedded"):
+        minilm_engine.embed({"doc-1": "Paris", "doc-2": "Berlin"})
+    with pytest.raises(TypeError, match="documents must be a list of strings, not a dict"):
+        minilm_engine.score("capital", {"doc-1": "Paris"})
+
+
+LONE_SURROGATE = "caf\udcff menu"  # what errors="surrogateescape" leaves for the byte 0xff
+
+
+def test_lone_surrogates_are_replaced_by_u_fffd(minilm_engine):
+    """Documented choice (docs/reliability.md): each lone surrogate becomes U+FFFD, as decoding the bytes with
+    errors="replace" would have made it; the rest of the batch is unaffected."""
+    replaced = LONE_SURROGATE.replace("\udcff", "\ufffd")
+    vectors = minilm_engine.embed(["before", LONE_SURROGATE, "after"])
+    np.testing.assert_allclose(vectors, minilm_engine.embed(["before", replaced, "after"]), atol=1e-6)
+    assert minilm_engine.score(LONE_SURROGATE, [LONE_SURROGATE]) == pytest.approx(
+        minilm_engine.score(replaced, [replaced]), abs=1e-6)
 
 
 def test_query_must_be_a_non_empty_string(minilm_engine):

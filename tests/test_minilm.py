@@ -135,8 +135,10 @@ def test_progress_bar_on_request(minilm_engine, capsys):
 
 
 def test_shared_returns_one_engine_per_model_and_options(minilm, minilm_engine):
-    assert PoolingEngine.shared(minilm, device="cpu", dtype="float32") is minilm_engine
-    assert PoolingEngine.shared(str(minilm), dtype="float32", device="cpu") is minilm_engine
+    assert PoolingEngine.shared(minilm, device="cpu", dtype="float32").engine is minilm_engine.engine
+    assert PoolingEngine.shared(str(minilm), dtype="float32", device="cpu").engine is minilm_engine.engine
+    # truncate is applied per call by the tokenizer: it never starts a second engine.
+    assert PoolingEngine.shared(minilm, device="cpu", dtype="float32", truncate="start").engine is minilm_engine.engine
 
 
 def test_truncate_error_names_the_index_and_token_count(minilm):
@@ -152,9 +154,9 @@ def test_truncate_end_keeps_the_start_and_start_keeps_the_end_and_the_prompt(min
 
     long_text = " ".join(f"w{i}" for i in range(2000))
     family = minilm_engine.family
-    head = PromptTokenizer(minilm, family, "end").encode_texts([long_text], "")[0].ids
-    tokenizer = PromptTokenizer(minilm, family, "start")
-    tail = tokenizer.encode_texts([long_text], "query: ")[0].ids
+    tokenizer = PromptTokenizer(minilm, family)
+    head = tokenizer.encode_texts([long_text], "", "end")[0].ids
+    tail = tokenizer.encode_texts([long_text], "query: ", "start")[0].ids
     assert len(head) == len(tail) == 256
     decode = tokenizer.hf.decode
     assert decode(head[:4]).startswith("[CLS] w0 ")
@@ -169,9 +171,10 @@ def test_long_texts_tokenize_as_if_whole(minilm, truncate):
     from rbln_retrieval.families import detect_family
     from rbln_retrieval.tokens import PromptTokenizer
 
-    tokenizer = PromptTokenizer(minilm, detect_family(str(minilm)), truncate)
+    tokenizer = PromptTokenizer(minilm, detect_family(str(minilm)))
+    hf = tokenizer._for(truncate)
     texts = ["short", "word " * 3000, "x" * 20000, "日本語のテキストです" * 2000, "a " * 5000 + "b" * 9000]
-    whole = tokenizer.hf(["query: " + t for t in texts], truncation=truncate == "end", max_length=256)["input_ids"]
+    whole = hf(["query: " + t for t in texts], truncation=truncate == "end", max_length=256)["input_ids"]
     if truncate == "start":
-        whole = [ids if len(ids) <= 256 else tokenizer._keep_end("query: ", t) for ids, t in zip(whole, texts)]
-    assert [t.ids for t in tokenizer.encode_texts(texts, "query: ")] == whole
+        whole = [ids if len(ids) <= 256 else tokenizer._keep_end(hf, "query: ", t) for ids, t in zip(whole, texts)]
+    assert [t.ids for t in tokenizer.encode_texts(texts, "query: ", truncate)] == whole

@@ -105,9 +105,9 @@ def test_a_server_started_from_an_id_publishes_it_and_clients_pass_the_same_id(s
 
 def test_get_engine_with_base_url_is_remote_and_shared(servers, minilm):
     engine = get_engine(minilm, base_url=servers["minilm-a"].url, api_key=API_KEY, device="cpu", dtype="float32")
-    assert isinstance(engine, RemoteEngine)
-    assert get_engine(minilm, base_url=servers["minilm-a"].url, api_key=API_KEY, device="cpu",
-                      dtype="float32") is engine
+    assert isinstance(engine.engine, RemoteEngine)
+    assert get_engine(minilm, base_url=servers["minilm-a"].url, api_key=API_KEY, device="cpu", dtype="float32",
+                      timeout=5, truncate="start").engine is engine.engine  # per-call settings share the client
 
 
 def test_api_key_required_and_never_shown(servers, minilm, caplog):
@@ -172,3 +172,80 @@ def test_a_replica_killed_mid_ingest_loses_nothing(servers, minilm, minilm_engin
     vectors = result["vectors"]
     assert vectors.shape == expected.shape
     np.testing.assert_allclose(vectors, expected, atol=1e-5)
+
+
+def test_the_server_describes_its_model_behind_the_api_key(servers, tiny_models):
+    import httpx
+
+    from rbln_retrieval.remote import DESCRIBE_PATH
+
+    url = servers["qwen3-reranker"].url + DESCRIBE_PATH
+    assert httpx.get(url).status_code == 401
+    described = httpx.get(url, headers={"Authorization": f"Bearer {API_KEY}"}).json()
+    family = described["family"]
+    assert family["name"] == "qwen3-reranker" and family["default_instruction"]
+    assert family["max_length"] == PoolingEngine.shared(tiny_models["qwen3-reranker"], device="cpu",
+                                                        dtype="float32").family.max_length
+
+
+@pytest.mark.parametrize("name", ["qwen3-embedding", "qwen3-reranker", "bert-cross-encoder"])
+def test_a_client_with_only_the_model_name_scores_like_local(servers, tiny_models, name):
+    """No model files on the client: the family, prompts and templates come from the server's description."""
+    local = PoolingEngine.shared(tiny_models[name], device="cpu", dtype="float32")
+    docs = [p for p in passages(min_words=3) if len(p.split()) < 150][:20]
+    with _remote(f"/nowhere/{name}", servers[name].url) as remote:
+        assert remote.family == local.family
+        differences = [np.abs(np.subtract(remote.score(QUERY, docs), local.score(QUERY, docs))).max()]
+        if name == "qwen3-embedding":
+            for kwargs in ({"kind": "query"}, {"kind": "query", "instruction": "Find Python docs"}, {}):
+                differences.append(np.abs(remote.embed([QUERY], **kwargs) - local.embed([QUERY], **kwargs)).max())
+    print(f"{name}: remote vs local max abs difference {max(differences):.2e}")
+    assert max(differences) <= 1e-5
+
+
+def test_an_explicit_family_that_contradicts_the_server_is_an_error(servers):
+    with _remote("bge-reranker-base", servers["bert-cross-encoder"].url, family="bi-encoder") as remote:
+        with pytest.raises(ValueError, match="family='bi-encoder' was requested, but the server serves "
+                                             "bge-reranker-base as 'cross-encoder'"):
+            remote.score(QUERY, ["a"])
+    with _remote("bge-reranker-base", servers["bert-cross-encoder"].url, family="cross-encoder") as remote:
+        assert len(remote.score(QUERY, ["a"])) == 1
+
+
+def test_framework_rerankers_with_only_the_model_name_equal_local(servers, tiny_models):
+    from langchain_core.documents import Document
+    from langchain_rbln import RBLNReranker
+    from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+    from llama_index.postprocessor.rbln_rerank import RBLNReranker as NodeReranker
+
+    texts = mixed_length(8)
+    for name in ("qwen3-reranker", "bert-cross-encoder"):
+        expected = sorted(PoolingEngine.shared(tiny_models[name], device="cpu", dtype="float32").score(QUERY, texts))
+        remote = {"base_url": servers[name].url, "api_key": API_KEY, "top_n": None}
+        with RBLNReranker(model="bge-reranker-base", **remote) as lc:
+            scores = [d.metadata["relevance_score"] for d in lc.compress_documents([Document(page_content=t) for t in texts], QUERY)]
+        assert sorted(scores) == pytest.approx(expected, abs=1e-5)
+        with NodeReranker(model="bge-reranker-base", **remote) as li:
+            ranked = li.postprocess_nodes([NodeWithScore(node=TextNode(text=t)) for t in texts], query_bundle=QueryBundle(QUERY))
+        assert sorted(n.score for n in ranked) == pytest.approx(expected, abs=1e-5)
+
+
+def test_remote_lone_surrogates_and_mappings(servers, minilm, minilm_engine):
+    with _remote(minilm, servers["minilm-a"].url) as remote:
+        np.testing.assert_allclose(remote.embed(["caf\udcff"]), minilm_engine.embed(["caf\ufffd"]), atol=1e-5)
+        with pytest.raises(TypeError, match="not a dict"):
+            remote.embed({"a": "b"})
+
+
+def test_a_forked_child_reconnects_the_remote_client(servers, minilm, minilm_engine):
+    from forking import run_in_child
+
+    remote = get_engine(minilm, base_url=servers["minilm-a"].url, api_key=API_KEY)
+    remote.embed(["warm"])  # the parent's loop and connections exist when the child forks
+    result = run_in_child("fork", _embed_forked, remote.engine, deadline=60)
+    assert result[0] == "ok", result
+    np.testing.assert_allclose(result[1], minilm_engine.embed(["forked"])[0], atol=1e-5)
+
+
+def _embed_forked(remote) -> list[float]:
+    return remote.embed(["forked"])[0].tolist()

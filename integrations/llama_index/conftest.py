@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from llama_index.core.schema import TextNode
 
 CORPUS = Path(__file__).parent / "testdata" / "passages.json"

@@ -23,6 +23,7 @@ from vllm.forward_context import BatchDescriptor
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 
+from rbln_retrieval.backend import rbln_runtime
 from rbln_retrieval.backend.compile import (
     MANIFEST,
     RecordingBackend,
@@ -32,7 +33,6 @@ from rbln_retrieval.backend.compile import (
     strict_errors,
     write_manifest,
 )
-from rbln_retrieval.backend import rbln_runtime
 from rbln_retrieval.backend.config import BundledConfig
 from rbln_retrieval.backend.host_layers import write_in_place
 from rbln_retrieval.backend.pooling import TaskHead, decompose, pooling_weights

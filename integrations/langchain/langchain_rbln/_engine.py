@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Self, TypeVar
 
 from langchain_core.utils import secret_from_env
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, field_validator, model_validator
-from typing_extensions import Self
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, field_validator
 
-from rbln_retrieval import get_engine
+from rbln_retrieval import ModelFamily, detect_family, get_engine
 
 T = TypeVar("T")
 
@@ -19,9 +18,15 @@ T = TypeVar("T")
 # interleave, and how often the progress bar moves; a bigger value rarely makes anything faster.
 DEFAULT_BATCH_SIZE = 1024
 
+# The fields that select the shared engine; every other field is read at each call, so assigning it takes effect.
+ENGINE_FIELDS = frozenset(
+    {"model", "revision", "cache_folder", "hf_token", "device", "dtype", "max_length", "family", "trust_remote_code",
+     "allow_pickle", "engine_kwargs", "base_url", "api_key"}
+)
+
 
 class RBLNEngineModel(BaseModel):
-    """Engine and remote-server settings; every object with equal settings shares one engine."""
+    """Engine and remote-server settings; every object with equal engine settings shares one engine."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True)
 
@@ -43,13 +48,24 @@ class RBLNEngineModel(BaseModel):
     """Where the model runs: `rbln` (an RBLN NPU), `cpu`, or `auto` (an NPU when one is present)."""
 
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
-    """Weight and activation type; `auto` follows the checkpoint."""
+    """Compute type on the CPU: `auto` is bfloat16 matmuls (pooling and normalization in float32) on CPUs with
+    native BF16 (AVX512_BF16 or AMX) and float32 otherwise, whatever the checkpoint's own dtype."""
 
     max_length: int | None = Field(default=None, gt=0)
     """Token limit per input (per query-document pair for rerankers); None uses the model's own limit."""
 
     truncate: Literal["end", "start", "error"] = "end"
-    """What happens to inputs over `max_length`: cut at the end, cut at the start, or raise an error."""
+    """What happens to inputs over `max_length`: cut at the end, cut at the start, or raise an error. Applied per
+    call: objects differing only in it share one engine."""
+
+    family: Literal["qwen3-embedding", "qwen3-reranker", "bi-encoder", "cross-encoder"] | None = None
+    """The model family; None reads it from the model directory (or, remote, from the server's description)."""
+
+    trust_remote_code: bool = False
+    """Run code shipped with the model (tokenizer or model classes); off unless you trust the source."""
+
+    allow_pickle: bool = False
+    """Load pickle weights (`*.bin`); off: only safetensors are loaded, as pickle can run code."""
 
     engine_kwargs: dict[str, Any] = Field(default_factory=dict)
     """Extra vLLM engine arguments (`vllm.AsyncEngineArgs` names), e.g. `{"max_num_seqs": 64}`."""
@@ -70,39 +86,66 @@ class RBLNEngineModel(BaseModel):
 
     _engine: Any = PrivateAttr(default=None)
 
-    @field_validator("model", mode="before")
-    @classmethod
-    def _model_path_to_str(cls, value: Any) -> Any:
-        return os.fspath(value) if isinstance(value, os.PathLike) else value
-
-    @model_validator(mode="after")
-    def validate_environment(self) -> Self:
-        """Attach the shared engine for these settings (started on first use, reused afterwards)."""
-        self._engine = get_engine(
+    def __init__(self, **data: Any):
+        super().__init__(**data)
+        # Outside pydantic's validation, so core errors (ModelNotSupportedError...) reach the caller unwrapped.
+        handle = get_engine(
             self.model,
             revision=self.revision,
             cache_folder=self.cache_folder,
             token=self.hf_token.get_secret_value() if self.hf_token is not None else None,
             base_url=self.base_url,
             api_key=self.api_key.get_secret_value() if self.api_key is not None else None,
-            timeout=self.timeout,
+            truncate=self.truncate,
             device=self.device,
             dtype=self.dtype,
             max_length=self.max_length,
-            truncate=self.truncate,
+            family=self.family,
+            trust_remote_code=self.trust_remote_code,
+            allow_pickle=self.allow_pickle,
             engine_kwargs=self.engine_kwargs,
+            attach=False,
         )
-        if self.base_url is None:
-            self._check_local_engine(self._engine)
-        return self
+        if self.base_url is None:  # the resolved snapshot's family, checked before an engine starts
+            self._check_family(detect_family(handle.spec.model.path, max_length=self.max_length, family=self.family))
+        handle.engine  # noqa: B018 - start (or join) the engine now, so a bad model fails here
+        self._engine = handle
 
-    def _check_local_engine(self, engine: Any) -> None:
-        """Raise ValueError when this model cannot serve the subclass (checked where the family is known)."""
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ENGINE_FIELDS:
+            raise ValueError(
+                f"{name} selects the engine of this {type(self).__name__} and cannot change after construction; "
+                "create a new object instead."
+            )
+        super().__setattr__(name, value)
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _model_path_to_str(cls, value: Any) -> Any:
+        return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+    def _check_family(self, family: ModelFamily) -> None:
+        """Raise ValueError when this model cannot serve the subclass (checked before an engine starts)."""
 
     @property
     def engine(self) -> Any:
-        """The shared `rbln_retrieval` engine (or remote client) behind this object."""
+        """This object's claim on the shared `rbln_retrieval` engine (or remote client): the engine's API, and
+        `close()` releases this object's claim only."""
         return self._engine
+
+    def _call_options(self) -> dict[str, Any]:
+        """Per-call settings, read at each call so that assigning them takes effect."""
+        return {"truncate": self.truncate, "timeout": self.timeout}
+
+    def close(self) -> None:
+        """Release this object's claim on the shared engine; the engine closes when its last holder does."""
+        self._engine.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 def batches(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:

@@ -9,6 +9,7 @@ from pydantic import Field
 from tqdm.auto import tqdm
 
 from langchain_rbln._engine import RBLNEngineModel, batches
+from rbln_retrieval import ModelFamily
 from rbln_retrieval.inputs import check_dimensions, check_texts
 
 
@@ -56,8 +57,12 @@ class RBLNEmbeddings(RBLNEngineModel, Embeddings):
         vector = await embeddings.aembed_query("What is an NPU?")
         ```
 
-    Objects with the same engine settings (model, device, dtype, max_length, truncate, engine_kwargs, remote
-    settings) share one engine, so creating several is cheap after the first.
+    Objects with the same engine settings (model, device, dtype, max_length, family, trust_remote_code,
+    allow_pickle, engine_kwargs, remote server and key) share one engine, so creating several is cheap after the
+    first; per-call settings (truncate, timeout, batch_size, prompts, dimensions) never start another one. Those
+    engine settings cannot be reassigned after construction; the others can and take effect at the next call.
+    `close()` (or a `with` block) releases this object's claim on the engine, which closes when its last holder
+    does (or at exit). Objects pickle: an unpickled copy joins the shared engine of its process on first use.
     """
 
     normalize: bool = True
@@ -78,14 +83,10 @@ class RBLNEmbeddings(RBLNEngineModel, Embeddings):
     show_progress: bool = False
     """Show a progress bar over `embed_documents` (advances once per `batch_size` texts)."""
 
-    def _check_local_engine(self, engine: Any) -> None:
-        if engine.family.is_cross_encoder:
-            raise ValueError(
-                f"{self.model} is a reranker ({engine.family.name}) and cannot embed; use RBLNReranker for it."
-            )
-        check_dimensions(
-            self.dimensions, hidden_size=engine.dimension, matryoshka=engine.family.matryoshka, model=self.model
-        )
+    def _check_family(self, family: ModelFamily) -> None:
+        if family.is_cross_encoder:
+            raise ValueError(f"{self.model} is a reranker ({family.name}) and cannot embed; use RBLNReranker for it.")
+        check_dimensions(self.dimensions, hidden_size=family.hidden_size, matryoshka=family.matryoshka, model=self.model)
 
     @property
     def query_prompt(self) -> str:
@@ -135,6 +136,7 @@ class RBLNEmbeddings(RBLNEngineModel, Embeddings):
             "normalize": self.normalize,
             # Progress is reported here across batches; one engine bar per batch would restart every batch.
             "show_progress": False,
+            **self._call_options(),
         }
 
     def _progress(self, total: int) -> tqdm:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langchain_core.callbacks import Callbacks
@@ -11,6 +11,7 @@ from langchain_core.documents import BaseDocumentCompressor, Document
 from pydantic import Field
 
 from langchain_rbln._engine import RBLNEngineModel, batches
+from rbln_retrieval import ModelFamily
 
 
 class RBLNReranker(RBLNEngineModel, BaseDocumentCompressor):
@@ -59,8 +60,8 @@ class RBLNReranker(RBLNEngineModel, BaseDocumentCompressor):
     """Task description for Qwen3-Reranker (None: the model's default task) or the query prompt for a
     bi-encoder (None: the model's own). Plain cross-encoders take none."""
 
-    def _check_local_engine(self, engine: Any) -> None:
-        if self.instruction is not None and engine.family.name == "cross-encoder":
+    def _check_family(self, family: ModelFamily) -> None:
+        if self.instruction is not None and family.name == "cross-encoder":
             raise ValueError(f"{self.model} is a cross-encoder and takes no instruction; leave instruction unset.")
 
     def rerank(
@@ -76,7 +77,7 @@ class RBLNReranker(RBLNEngineModel, BaseDocumentCompressor):
             return []
         scores: list[float] = []
         for batch in batches(texts, self.batch_size):
-            scores.extend(self.engine.score(query, batch, instruction=self.instruction))
+            scores.extend(self.engine.score(query, batch, instruction=self.instruction, **self._call_options()))
         return _ranked(scores, top_n)
 
     async def arerank(
@@ -88,7 +89,7 @@ class RBLNReranker(RBLNEngineModel, BaseDocumentCompressor):
             return []
         scores: list[float] = []
         for batch in batches(texts, self.batch_size):
-            scores.extend(await self.engine.ascore(query, batch, instruction=self.instruction))
+            scores.extend(await self.engine.ascore(query, batch, instruction=self.instruction, **self._call_options()))
         return _ranked(scores, top_n)
 
     def compress_documents(
@@ -123,6 +124,8 @@ class RBLNReranker(RBLNEngineModel, BaseDocumentCompressor):
 
 def _page_contents(documents: Sequence[str | Document], *, strings_allowed: bool) -> list[str]:
     expected = "str or Document" if strings_allowed else "Document"
+    if isinstance(documents, Mapping):
+        raise TypeError(f"documents must be a sequence of {expected} objects, not a {type(documents).__name__}.")
     if isinstance(documents, (str, Document)):
         raise TypeError(f"documents must be a sequence of {expected} objects, not a single {type(documents).__name__}.")
     texts = []

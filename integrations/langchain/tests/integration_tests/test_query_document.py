@@ -46,7 +46,7 @@ async def test_async_matches_sync(qwen3):
 def test_query_instruction_replaces_the_task(qwen3):
     task = "Given a geography question, retrieve the passage with the answer"
     custom = qwen3.model_copy(update={"query_instruction": task})
-    assert custom.engine is qwen3.engine
+    assert custom.engine.engine is qwen3.engine.engine
     assert custom.query_prompt == f"Instruct: {task}\nQuery:"
     vector = np.array(custom.embed_query(QUESTION))
     np.testing.assert_allclose(vector, qwen3.engine.embed([QUESTION], kind="query", instruction=task)[0], atol=1e-6)
@@ -62,7 +62,7 @@ def test_document_instruction_is_a_literal_prefix(qwen3):
 
 def test_matryoshka_dimensions(tiny_model, cpu, qwen3):
     small = RBLNEmbeddings(model=tiny_model("qwen3-embedding"), dimensions=32, **cpu)
-    assert small.engine is qwen3.engine  # dimensions is per call, not an engine setting
+    assert small.engine.engine is qwen3.engine.engine  # dimensions is per call, not an engine setting
     vectors = np.array(small.embed_documents(["a", "b"]))
     assert vectors.shape == (2, 32)
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)

@@ -32,13 +32,13 @@ class TestRBLNEmbeddingsStandard(EmbeddingsUnitTests):
 def test_model_name_alias_and_path(minilm, cpu, minilm_embeddings):
     by_alias = RBLNEmbeddings(model_name=str(minilm), **cpu)
     assert by_alias.model == str(minilm) == RBLNEmbeddings(model=minilm, **cpu).model
-    assert by_alias.engine is minilm_embeddings.engine
+    assert by_alias.engine.engine is minilm_embeddings.engine.engine
 
 
 def test_objects_share_one_engine_per_settings(minilm, cpu, minilm_embeddings):
     other = RBLNEmbeddings(model=minilm, batch_size=7, query_instruction="query: ", show_progress=True, **cpu)
     # Call-time settings never split the engine; engine settings do (a new engine would start here).
-    assert other.engine is minilm_embeddings.engine
+    assert other.engine.engine is minilm_embeddings.engine.engine
 
 
 @pytest.mark.parametrize(
@@ -82,13 +82,14 @@ def test_engine_and_remote_settings_reach_get_engine(monkeypatch, minilm, minilm
         engine_kwargs={"max_num_seqs": 8}, revision="v2", cache_folder="/hf-cache", hf_token="hf-token",
     )
     RBLNEmbeddings(model="served-model", base_url=["http://a", "http://b"], api_key="explicit")
+    defaults = dict(device="auto", dtype="auto", family=None, trust_remote_code=False, allow_pickle=False,
+                    attach=False)
     assert calls == [
-        ("served-model", dict(base_url="http://127.0.0.1:9/", api_key="from-env", timeout=5.0, device="auto",
-                              dtype="auto", max_length=128, truncate="error", engine_kwargs={"max_num_seqs": 8},
-                              revision="v2", cache_folder="/hf-cache", token="hf-token")),
-        ("served-model", dict(base_url=["http://a", "http://b"], api_key="explicit", timeout=None, device="auto",
-                              dtype="auto", max_length=None, truncate="end", engine_kwargs={}, revision=None,
-                              cache_folder=None, token=None)),
+        ("served-model", dict(revision="v2", cache_folder="/hf-cache", token="hf-token", base_url="http://127.0.0.1:9/",
+                              api_key="from-env", max_length=128, truncate="error", engine_kwargs={"max_num_seqs": 8},
+                              **defaults)),
+        ("served-model", dict(revision=None, cache_folder=None, token=None, base_url=["http://a", "http://b"],
+                              api_key="explicit", max_length=None, truncate="end", engine_kwargs={}, **defaults)),
     ]
 
 

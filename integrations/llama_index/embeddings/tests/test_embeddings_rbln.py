@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from llama_index.core import StorageContext, VectorStoreIndex
 from llama_index.core.base.embeddings.base import BaseEmbedding
+
 from llama_index.embeddings.rbln import RBLNEmbedding
 from llama_index.embeddings.rbln import base as rbln_base
-
 from rbln_retrieval import get_engine
 
 
@@ -184,10 +184,12 @@ def test_remote_options_reach_get_engine(monkeypatch):
         "model": "served-model",
         "base_url": "http://127.0.0.1:9",
         "api_key": "k",
-        "timeout": 5.0,
         "device": "auto",
         "dtype": "auto",
         "max_length": 64,
         "truncate": "end",
+        "family": None,
+        "trust_remote_code": False,
+        "allow_pickle": False,
         "engine_kwargs": {},
     }

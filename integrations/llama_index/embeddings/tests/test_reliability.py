@@ -9,8 +9,8 @@ import traceback
 import numpy as np
 import pytest
 from http_fakes import API_KEY, assert_api_key_hidden
-from llama_index.embeddings.rbln import RBLNEmbedding
 
+from llama_index.embeddings.rbln import RBLNEmbedding
 from rbln_retrieval import ModelNotFoundError, PoolingEngine
 from rbln_retrieval.testing import HUB_MINILM, HUB_TINY_RERANKER
 

@@ -15,10 +15,10 @@ from llama_index.core.llms import MockLLM
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
+
 from llama_index.embeddings.rbln import RBLNEmbedding
 from llama_index.postprocessor.rbln_rerank import RBLNReranker
 from llama_index.postprocessor.rbln_rerank import base as rbln_base
-
 from rbln_retrieval import get_engine
 
 QUERY = "Why does Mars look red?"
@@ -249,10 +249,12 @@ def test_remote_options_reach_get_engine(monkeypatch):
         "model": "served-reranker",
         "base_url": replicas,
         "api_key": "from-env",
-        "timeout": 2.0,
         "device": "auto",
         "dtype": "bfloat16",
         "max_length": None,
         "truncate": "end",
+        "family": None,
+        "trust_remote_code": False,
+        "allow_pickle": False,
         "engine_kwargs": {"a": 1},
     }

@@ -9,8 +9,8 @@ import math
 import pytest
 from http_fakes import API_KEY, assert_api_key_hidden
 from llama_index.core.schema import NodeWithScore, TextNode
-from llama_index.postprocessor.rbln_rerank import RBLNReranker
 
+from llama_index.postprocessor.rbln_rerank import RBLNReranker
 from rbln_retrieval import PoolingEngine
 from rbln_retrieval.testing import HUB_MINILM
 

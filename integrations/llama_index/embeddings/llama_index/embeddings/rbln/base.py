@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr, SecretStr, field_validator
-from rbln_retrieval import detect_family, get_engine, resolve_model
+
+from rbln_retrieval import detect_family, get_engine
 
 # One engine call submits a whole batch and vLLM's scheduler packs it into steps, so LlamaIndex's default of 10
 # would leave the steps mostly empty; the same default as langchain-rbln's batch_size.
 DEFAULT_RBLN_EMBED_BATCH_SIZE = 1024
 
-# Passed to rbln_retrieval.get_engine: objects whose values are equal share one engine.
-ENGINE_FIELDS = {
-    "device", "dtype", "max_length", "truncate", "engine_kwargs", "base_url", "timeout", "revision", "cache_folder"
-}
+# Passed to rbln_retrieval.get_engine: objects whose values are equal share one engine. They cannot change after
+# construction; every other field is read at each call, so assigning it takes effect.
+ENGINE_FIELDS = ("revision", "cache_folder", "device", "dtype", "max_length", "family", "trust_remote_code",
+                 "allow_pickle", "engine_kwargs", "base_url")
+FROZEN_FIELDS = frozenset({"model_name", "api_key", "hf_token", *ENGINE_FIELDS})
 
 
 def _api_key_from_env() -> SecretStr | None:
@@ -29,7 +32,9 @@ class RBLNEmbedding(BaseEmbedding):
 
     Every model family rbln-retrieval supports works (BERT/RoBERTa/XLM-R bi-encoders, Qwen3-Embedding); pooling,
     normalization and prompts come from the model directory. Objects with the same model and engine options share
-    one engine. With ``base_url`` the vectors come from an ``rbln-retrieval serve`` server instead.
+    one engine (``close()`` or a ``with`` block releases this object's claim; the engine closes with its last
+    holder or at exit). With ``base_url`` the vectors come from an ``rbln-retrieval serve`` server instead. Objects
+    pickle (IngestionPipeline workers): an unpickled copy joins the shared engine of its process on first use.
 
     Examples:
         ```python
@@ -49,7 +54,10 @@ class RBLNEmbedding(BaseEmbedding):
     device: Literal["auto", "rbln", "cpu"] = Field(
         default="auto", description="'rbln' needs an RBLN NPU, 'cpu' never uses one, 'auto' picks the NPU if present."
     )
-    dtype: Literal["auto", "float32", "bfloat16"] = Field(default="auto", description="Weights and activations dtype.")
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        default="auto",
+        description="'auto': bfloat16 matmuls on CPUs with native BF16 (AVX512_BF16 or AMX), else float32.",
+    )
     embed_batch_size: int = Field(
         default=DEFAULT_RBLN_EMBED_BATCH_SIZE, gt=0, le=2048, description="Texts per engine call."
     )
@@ -78,6 +86,11 @@ class RBLNEmbedding(BaseEmbedding):
         default="end",
         description="Texts over max_length lose their end ('end'), their start ('start'), or raise ('error').",
     )
+    family: Literal["qwen3-embedding", "qwen3-reranker", "bi-encoder", "cross-encoder"] | None = Field(
+        default=None, description="Model family; None reads it from the model directory or the server."
+    )
+    trust_remote_code: bool = Field(default=False, description="Run code shipped with the model (off by default).")
+    allow_pickle: bool = Field(default=False, description="Load pickle (*.bin) weights; off: safetensors only.")
     show_progress: bool = Field(default=False, description="Show a progress bar per engine call.")
     engine_kwargs: dict[str, Any] = Field(
         default_factory=dict, description="Extra vLLM engine arguments for the local engine."
@@ -103,7 +116,7 @@ class RBLNEmbedding(BaseEmbedding):
         description="Hugging Face token for gated or private models; None uses HF_TOKEN. Never serialized.",
     )
 
-    _engine: Any = PrivateAttr()
+    _engine: Any = PrivateAttr(default=None)
 
     def __init__(self, model_name: str | os.PathLike[str] | None = None, *, model: Any = None, **kwargs: Any):
         # ``model`` is the name the LangChain class and RBLNReranker use; ``model_name`` is LlamaIndex's.
@@ -114,17 +127,46 @@ class RBLNEmbedding(BaseEmbedding):
             raise ValueError("RBLNEmbedding needs model_name: a Hugging Face id or a model directory.")
         super().__init__(model_name=model_name, **kwargs)
         # Checked before an engine starts; a remote server checks its own model.
-        if self.base_url is None and self._family().is_cross_encoder:
-            raise ValueError(f"{self.model_name} is a reranker, which scores pairs; use RBLNReranker for it.")
         api_key = self.api_key.get_secret_value() if self.api_key is not None else None
         options = {name: getattr(self, name) for name in ENGINE_FIELDS}
         options["token"] = self.hf_token.get_secret_value() if self.hf_token is not None else None
-        self._engine = get_engine(self.model_name, api_key=api_key, **options)
+        handle = get_engine(self.model_name, api_key=api_key, truncate=self.truncate, attach=False, **options)
+        if self.base_url is None:  # the resolved snapshot's family, checked before an engine starts
+            family = detect_family(handle.spec.model.path, max_length=self.max_length, family=self.family)
+            if family.is_cross_encoder:
+                raise ValueError(f"{self.model_name} is a reranker, which scores pairs; use RBLNReranker for it.")
+        handle.engine  # noqa: B018 - start (or join) the engine now, so a bad model fails here
+        self._engine = handle
 
-    def _family(self) -> Any:
-        token = self.hf_token.get_secret_value() if self.hf_token is not None else None
-        source = resolve_model(self.model_name, revision=self.revision, cache_folder=self.cache_folder, token=token)
-        return detect_family(source.path)
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in FROZEN_FIELDS:
+            raise ValueError(
+                f"{name} selects the engine of this RBLNEmbedding and cannot change after construction; "
+                "create a new object instead."
+            )
+        super().__setattr__(name, value)
+
+    def close(self) -> None:
+        """Release this object's claim on the shared engine; the engine closes when its last holder does."""
+        self._engine.close()
+
+    def __enter__(self) -> RBLNEmbedding:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def get_text_embedding_batch(self, texts: list[str], show_progress: bool = False, **kwargs: Any) -> list[Embedding]:
+        if isinstance(texts, Mapping):  # LlamaIndex would iterate it and embed its keys
+            raise TypeError(f"texts must be a list of strings, not a {type(texts).__name__}.")
+        return super().get_text_embedding_batch(texts, show_progress=show_progress, **kwargs)
+
+    async def aget_text_embedding_batch(
+        self, texts: list[str], show_progress: bool = False, **kwargs: Any
+    ) -> list[Embedding]:
+        if isinstance(texts, Mapping):
+            raise TypeError(f"texts must be a list of strings, not a {type(texts).__name__}.")
+        return await super().aget_text_embedding_batch(texts, show_progress=show_progress, **kwargs)
 
     @field_validator("model_name", mode="before")
     @classmethod
@@ -142,6 +184,9 @@ class RBLNEmbedding(BaseEmbedding):
             "dimensions": self.dimensions,
             "normalize": self.normalize,
             "show_progress": self.show_progress,
+            # Per call, so that assigning them takes effect.
+            "truncate": self.truncate,
+            "timeout": self.timeout,
         }
 
     def _get_query_embedding(self, query: str) -> Embedding:

@@ -13,16 +13,18 @@ from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.events.rerank import ReRankEndEvent, ReRankStartEvent
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
+
 from rbln_retrieval import get_engine
 
 dispatcher = get_dispatcher(__name__)
 
 RETRIEVAL_SCORE_KEY = "retrieval_score"
 
-# Passed to rbln_retrieval.get_engine: objects whose values are equal share one engine.
-ENGINE_FIELDS = {
-    "device", "dtype", "max_length", "truncate", "engine_kwargs", "base_url", "timeout", "revision", "cache_folder"
-}
+# Passed to rbln_retrieval.get_engine: objects whose values are equal share one engine. They cannot change after
+# construction; every other field is read at each call, so assigning it takes effect.
+ENGINE_FIELDS = ("revision", "cache_folder", "device", "dtype", "max_length", "family", "trust_remote_code",
+                 "allow_pickle", "engine_kwargs", "base_url")
+FROZEN_FIELDS = frozenset({"model", "api_key", "hf_token", *ENGINE_FIELDS})
 
 
 def _api_key_from_env() -> SecretStr | None:
@@ -35,6 +37,8 @@ class RBLNReranker(BaseNodePostprocessor):
 
     Scores are P(relevant) for cross-encoders and Qwen3-Reranker, cosine similarity for bi-encoders. Returns new
     NodeWithScore objects, best first; the input list and its NodeWithScore objects are left as they were.
+    Objects with equal engine settings share one engine; ``close()`` (or a ``with`` block) releases this object's
+    claim, and the engine closes with its last holder or at exit. Objects pickle and rejoin on first use.
 
     Examples:
         ```python
@@ -76,13 +80,21 @@ class RBLNReranker(BaseNodePostprocessor):
     device: Literal["auto", "rbln", "cpu"] = Field(
         default="auto", description="'rbln' needs an RBLN NPU, 'cpu' never uses one, 'auto' picks the NPU if present."
     )
-    dtype: Literal["auto", "float32", "bfloat16"] = Field(default="auto", description="Weights and activations dtype.")
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        default="auto",
+        description="'auto': bfloat16 matmuls on CPUs with native BF16 (AVX512_BF16 or AMX), else float32.",
+    )
     max_length: int | None = Field(
         default=None, gt=0, description="Token limit per query + node pair; None uses the model's own limit."
     )
     truncate: Literal["end", "start", "error"] = Field(
         default="end", description="Pairs over max_length are cut ('end' or 'start') or raise ('error')."
     )
+    family: Literal["qwen3-embedding", "qwen3-reranker", "bi-encoder", "cross-encoder"] | None = Field(
+        default=None, description="Model family; None reads it from the model directory or the server."
+    )
+    trust_remote_code: bool = Field(default=False, description="Run code shipped with the model (off by default).")
+    allow_pickle: bool = Field(default=False, description="Load pickle (*.bin) weights; off: safetensors only.")
     engine_kwargs: dict[str, Any] = Field(
         default_factory=dict, description="Extra vLLM engine arguments for the local engine."
     )
@@ -107,14 +119,32 @@ class RBLNReranker(BaseNodePostprocessor):
         description="Hugging Face token for gated or private models; None uses HF_TOKEN. Never serialized.",
     )
 
-    _engine: Any = PrivateAttr()
+    _engine: Any = PrivateAttr(default=None)
 
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
         api_key = self.api_key.get_secret_value() if self.api_key is not None else None
         options = {name: getattr(self, name) for name in ENGINE_FIELDS}
         options["token"] = self.hf_token.get_secret_value() if self.hf_token is not None else None
-        self._engine = get_engine(self.model, api_key=api_key, **options)
+        self._engine = get_engine(self.model, api_key=api_key, truncate=self.truncate, **options)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in FROZEN_FIELDS:
+            raise ValueError(
+                f"{name} selects the engine of this RBLNReranker and cannot change after construction; "
+                "create a new object instead."
+            )
+        super().__setattr__(name, value)
+
+    def close(self) -> None:
+        """Release this object's claim on the shared engine; the engine closes when its last holder does."""
+        self._engine.close()
+
+    def __enter__(self) -> RBLNReranker:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     @field_validator("model", mode="before")
     @classmethod
@@ -132,7 +162,7 @@ class RBLNReranker(BaseNodePostprocessor):
         if not nodes or self._top_n == 0:  # nothing to score: the engine is never called
             return self._end([])
         with self.callback_manager.event(CBEventType.RERANKING, payload=payload) as event:
-            scores = [s for b in self._batches(nodes) for s in self._engine.score(query, b, instruction=self.instruction)]
+            scores = [s for b in self._batches(nodes) for s in self._engine.score(query, b, **self._call_options())]
             result = self._select(nodes, scores)
             event.on_end(payload={EventPayload.NODES: result})
         return self._end(result)
@@ -146,13 +176,17 @@ class RBLNReranker(BaseNodePostprocessor):
         with self.callback_manager.event(CBEventType.RERANKING, payload=payload) as event:
             # All batches are awaited together, so the engine schedules them as one workload.
             batches = await asyncio.gather(
-                *(self._engine.ascore(query, b, instruction=self.instruction) for b in self._batches(nodes))
+                *(self._engine.ascore(query, b, **self._call_options()) for b in self._batches(nodes))
             )
             result = self._select(nodes, [s for scores in batches for s in scores])
             event.on_end(payload={EventPayload.NODES: result})
         return self._end(result)
 
     # -- shared by the sync and async paths ----------------------------------------------------------------------
+    def _call_options(self) -> dict[str, Any]:
+        # Read at each call, so that assigning these fields takes effect.
+        return {"instruction": self.instruction, "truncate": self.truncate, "timeout": self.timeout}
+
     @property
     def _top_n(self) -> int | None:
         return None if self.top_n is None else max(self.top_n, 0)

