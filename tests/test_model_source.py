@@ -150,7 +150,7 @@ def test_serve_publishes_the_id_it_was_started_with(hub):
 
 # -- one engine for every spelling ------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def hub_engine(hub_cache) -> PoolingEngine:
+def hub_engine(hub_cache):
     return PoolingEngine.shared(HUB_MINILM, cache_folder=hub_cache, device="cpu", dtype="float32")
 
 
@@ -159,7 +159,8 @@ def test_an_id_embeds_like_its_local_directory_and_every_spelling_shares_the_eng
     assert hub_engine.score(TEXTS[2], TEXTS) == pytest.approx(minilm_engine.score(TEXTS[2], TEXTS), abs=1e-5)
     source = resolve_model(HUB_MINILM)
     for spelling, kwargs in [(f"{HUB_MINILM}@main", {}), (source.path, {}), (HUB_MINILM, {"token": TOKEN})]:
-        assert PoolingEngine.shared(spelling, device="cpu", dtype="float32", **kwargs) is hub_engine, spelling
+        with PoolingEngine.shared(spelling, device="cpu", dtype="float32", **kwargs) as claim:
+            assert claim.engine is hub_engine.engine, spelling
     stats = hub_engine.stats()
     assert stats["model"] == {"id": HUB_MINILM, "commit": source.commit}
     assert stats["compile_cache"]["dir"] != minilm_engine.stats()["compile_cache"]["dir"]

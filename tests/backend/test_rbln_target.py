@@ -140,7 +140,7 @@ def test_langchain_vector_store_on_the_rbln_target(npu_minilm, minilm_engine):
     from langchain_rbln import RBLNEmbeddings
 
     embeddings = RBLNEmbeddings(model=str(minilm_path()), **rbln_options())
-    assert embeddings.engine is npu_minilm, "equal settings share the rbln engine"
+    assert embeddings.engine.engine is npu_minilm.engine, "equal settings share the rbln engine"
     store = InMemoryVectorStore.from_texts(PASSAGES, embeddings)
     found = store.similarity_search_with_score(QUERY, k=2)
     assert {doc.page_content for doc, _ in found} == {PASSAGES[0], PASSAGES[3]}
@@ -159,13 +159,14 @@ def test_llama_index_reranker_on_the_rbln_target(standin_rebel, tiny_models):
     with PoolingEngine(path, device="cpu", dtype="float32", runner="stock") as stock:
         expected = stock.score(QUERY, PASSAGES)
     reranker = RBLNReranker(model=str(path), top_n=3, **rbln_options())
-    engine = get_engine(str(path), **rbln_options())  # the shared engine the reranker runs on
+    engine = get_engine(str(path), **rbln_options())  # a claim on the shared engine the reranker runs on
     try:
         ranked = reranker.postprocess_nodes(nodes, query_str=QUERY)
         assert [n.score for n in ranked] == pytest.approx(sorted(expected, reverse=True)[:3], abs=1e-5)
         stats = engine.stats()
         assert stats["target"] == "rbln" and stats["steps"] > 0 and stats["compiles_after_warmup"] == 0
     finally:
+        reranker.close()
         engine.close()
 
 

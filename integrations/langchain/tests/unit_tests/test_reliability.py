@@ -58,7 +58,7 @@ def test_a_hugging_face_id_works_like_its_directory_and_the_token_never_shows(hu
     by_id = RBLNEmbeddings(model=f"{HUB_MINILM}@main", cache_folder=str(hub_cache), hf_token=token, **cpu)
     np.testing.assert_allclose(by_id.embed_documents(TEXTS), minilm_embeddings.embed_documents(TEXTS), atol=1e-5)
     reranker = RBLNReranker(model=HUB_MINILM, revision="main", cache_folder=str(hub_cache), top_n=None, **cpu)
-    assert reranker.engine is by_id.engine  # one engine for every spelling of one snapshot
+    assert reranker.engine.engine is by_id.engine.engine  # one engine for every spelling of one snapshot
     with pytest.raises(ValueError) as raised:
         RBLNEmbeddings(model=HUB_MINILM, revision="v9", cache_folder=str(hub_cache), hf_token=token, **cpu)
     assert f"Revision 'v9' of {HUB_MINILM} is not in the Hugging Face cache" in str(raised.value)

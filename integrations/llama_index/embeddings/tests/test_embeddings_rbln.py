@@ -178,10 +178,22 @@ def test_bad_options_raise_clear_errors(minilm, cpu, embedding, tiny_model, tmp_
 def test_remote_options_reach_get_engine(monkeypatch):
     """Only the pass-through: the remote client itself belongs to rbln_retrieval and is tested there."""
     seen = {}
-    monkeypatch.setattr(rbln_base, "get_engine", lambda model, **kw: seen.update(model=model, **kw))
+
+    class Handle:
+        engine = None
+
+    def recording_get_engine(model, **kw):
+        seen.update(model=model, **kw)
+        return Handle()
+
+    monkeypatch.setattr(rbln_base, "get_engine", recording_get_engine)
     RBLNEmbedding(model_name="served-model", base_url="http://127.0.0.1:9", api_key="k", timeout=5.0, max_length=64)
     assert seen == {
         "model": "served-model",
+        "attach": False,
+        "revision": None,
+        "cache_folder": None,
+        "token": None,
         "base_url": "http://127.0.0.1:9",
         "api_key": "k",
         "device": "auto",

@@ -41,7 +41,7 @@ def test_a_hugging_face_id_works_like_its_directory_and_the_token_never_shows(hu
     by_path = RBLNEmbedding(model_name=minilm, **cpu)
     np.testing.assert_allclose(by_id.get_text_embedding_batch(TEXTS), by_path.get_text_embedding_batch(TEXTS),
                                atol=1e-5)
-    assert by_id._engine is PoolingEngine.shared(HUB_MINILM, cache_folder=hub_cache, **cpu)
+    assert by_id._engine.engine is PoolingEngine.shared(HUB_MINILM, cache_folder=hub_cache, **cpu).engine
     with pytest.raises(ValueError, match="is a reranker"):  # found from the id's configs, before any engine
         RBLNEmbedding(model_name=HUB_TINY_RERANKER, cache_folder=str(hub_cache), **cpu)
     with pytest.raises(ModelNotFoundError, match="no-such-org/model is not in the Hugging Face cache") as raised:

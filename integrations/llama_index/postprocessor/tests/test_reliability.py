@@ -53,5 +53,5 @@ def test_a_hugging_face_id_ranks_like_its_directory_and_the_token_never_shows(hu
     expected = by_path.postprocess_nodes(nodes(), query_str=QUERY)
     assert [n.node.node_id for n in ranked] == [n.node.node_id for n in expected]
     assert [n.score for n in ranked] == pytest.approx([n.score for n in expected], abs=1e-5)
-    assert by_id._engine is PoolingEngine.shared(HUB_MINILM, cache_folder=hub_cache, **cpu)
+    assert by_id._engine.engine is PoolingEngine.shared(HUB_MINILM, cache_folder=hub_cache, **cpu).engine
     assert all(token not in text for text in [repr(by_id), str(by_id), by_id.to_json(), caplog.text])
