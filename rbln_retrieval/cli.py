@@ -167,14 +167,14 @@ def _input_arguments(parser: argparse.ArgumentParser) -> None:
 def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
     # The hub token comes from HF_TOKEN (or `hf auth login`), never from a command line where `ps` would show it.
     return {"device": args.device, "dtype": args.dtype, "runner": args.runner, "max_length": args.max_length,
-            "truncate": args.truncate, "revision": args.revision, "cache_folder": args.cache_folder}
+            "revision": args.revision, "cache_folder": args.cache_folder}
 
 
 def _engine(args: argparse.Namespace) -> Any:
     from rbln_retrieval import PoolingEngine
 
-    # vLLM's per-shard loading bar would mix with the command's own progress bar.
-    return PoolingEngine(args.model, **_engine_options(args))
+    # truncate is the embed and rerank commands' own policy; a server truncates as each request asks.
+    return PoolingEngine(args.model, truncate=args.truncate, **_engine_options(args))
 
 
 # -- input -----------------------------------------------------------------------------------------------------
