@@ -74,12 +74,13 @@ def test_a_megabyte_text_is_truncated_at_the_end_with_bounded_memory(minilm_engi
 
 
 def test_a_megabyte_text_under_truncate_start_and_error(minilm, minilm_engine, megabyte_text):
-    # The engine option picks the tokenizer's policy; a second engine start per policy is not needed to prove it.
+    # The call's policy picks the tokenizer's side; no engine is needed to prove it.
     family = minilm_engine.family
-    tail = PromptTokenizer(minilm, family, "start").encode_texts([megabyte_text], "")[0].ids
+    tokenizer = PromptTokenizer(minilm, family)
+    tail = tokenizer.encode_texts([megabyte_text], "", "start")[0].ids
     assert len(tail) == family.max_length
     with pytest.raises(ValueError, match=r"texts\[4\] is \d{6,} tokens, over max_length=256 \(truncate='error'"):
-        PromptTokenizer(minilm, family, "error").encode_texts(["a"] * 4 + [megabyte_text], "")
+        tokenizer.encode_texts(["a"] * 4 + [megabyte_text], "", "error")
 
 
 CONTROL = ["nul\x00inside", "\x00", "bell\x07 escape\x1b[31m red", "tab\tnew\nline\rcr", "\x7f\x85\u200b\ufeff",
