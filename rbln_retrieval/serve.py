@@ -18,13 +18,22 @@ from rbln_retrieval.device import resolve_device
 from rbln_retrieval.engine import EngineOptions, _vllm_quiet, resolve_source
 from rbln_retrieval.engine_args import cpu_threads_env, vllm_engine_kwargs
 from rbln_retrieval.families import ModelFamily, check_weights, detect_family
-from rbln_retrieval.model_source import SOURCE_ARGS
+from rbln_retrieval.model_source import SOURCE_ARGS, ModelSource
 from rbln_retrieval.remote import DESCRIBE_PATH
 
 
 def describe(model: str, family: ModelFamily) -> dict[str, Any]:
     """What GET DESCRIBE_PATH answers: every field of the family, which RemoteEngine turns back into it."""
     return {"model": model, "family": dataclasses.asdict(family)}
+
+
+def _served_model(model: str, options: dict[str, Any]) -> tuple[ModelSource, EngineOptions, ModelFamily]:
+    """The resolved snapshot, the engine options and the family ``model`` is served with."""
+    options = dict(options)
+    source_args = {name: options.pop(name) for name in SOURCE_ARGS if name in options}
+    opts = EngineOptions(**options)
+    source = resolve_source(model, opts, **source_args)
+    return source, opts, detect_family(source.path, max_length=opts.max_length, family=opts.family)
 
 
 def server_args(
@@ -38,10 +47,7 @@ def server_args(
     """vLLM's parsed serve arguments for ``model`` (a directory or a Hugging Face id, resolved as PoolingEngine
     does) and the bundled-backend target to activate (None: stock). The server publishes the name it was started
     with: the repo id for a hub model (without ``@revision``, as ``vllm serve`` does), else the directory."""
-    source_args = {name: options.pop(name) for name in SOURCE_ARGS if name in options}
-    opts = EngineOptions(**options)
-    source = resolve_source(model, opts, **source_args)
-    family = detect_family(source.path, max_length=opts.max_length, family=opts.family)
+    source, opts, family = _served_model(model, options)
     check_weights(source.path, allow_pickle=opts.allow_pickle)
     device = resolve_device(opts.device)
     target = ("rbln" if device == "rbln" else "host") if opts.runner == "bundled" else None
@@ -82,8 +88,8 @@ def serve(model: str, *, host: str = "127.0.0.1", port: int = 8000, api_key: str
 
     api_key = api_key or os.environ.get("RBLN_API_KEY")
     args, target = server_args(model, host=host, port=port, api_key=api_key, **options)
-    opts = EngineOptions(**options)
-    _publish_description(describe(model, detect_family(model, max_length=opts.max_length, family=opts.family)))
+    source, _, family = _served_model(model, options)
+    _publish_description(describe(source.name, family))
     with backend.activated(target, cpu_threads_env() if target != "rbln" else None):
         try:
             uvloop.run(run_server(args))

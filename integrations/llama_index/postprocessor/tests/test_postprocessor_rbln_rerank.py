@@ -247,6 +247,9 @@ def test_remote_options_reach_get_engine(monkeypatch):
     RBLNReranker(model="served-reranker", base_url=replicas, timeout=2.0, dtype="bfloat16", engine_kwargs={"a": 1})
     assert seen == {
         "model": "served-reranker",
+        "revision": None,
+        "cache_folder": None,
+        "token": None,
         "base_url": replicas,
         "api_key": "from-env",
         "device": "auto",
