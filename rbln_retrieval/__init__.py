@@ -12,10 +12,12 @@ from rbln_retrieval.errors import (
 )
 from rbln_retrieval.families import ModelFamily, detect_family
 from rbln_retrieval.model_source import ModelSource, resolve_model
+from rbln_retrieval.shared import EngineHolder
 
 __all__ = [
     "DeviceUnavailableError",
     "EngineDeadError",
+    "EngineHolder",
     "EngineOptions",
     "EngineStartError",
     "ModelFamily",

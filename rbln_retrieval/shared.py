@@ -15,7 +15,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Self
 
 from rbln_retrieval.inputs import check_truncate
 from rbln_retrieval.model_source import ModelSource
@@ -192,3 +192,29 @@ class EngineHandle:
 
 def _detached(spec: EngineSpec, truncate: str, timeout: float | None) -> EngineHandle:
     return EngineHandle(spec, truncate=truncate, timeout=timeout, attach=False)
+
+
+class EngineHolder:
+    """The lifecycle a framework object holding a claim in ``_engine`` shares with the others: ``close()``, ``with``,
+    and the fields in ``_frozen_fields`` (those that chose the engine) refused after construction."""
+
+    _frozen_fields: ClassVar[frozenset[str]] = frozenset()
+    _engine: Any
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self._frozen_fields:
+            raise ValueError(
+                f"{name} selects the engine of this {type(self).__name__} and cannot change after construction; "
+                "create a new object instead."
+            )
+        super().__setattr__(name, value)
+
+    def close(self) -> None:
+        """Release this object's claim on the shared engine; the engine closes when its last holder does."""
+        self._engine.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from typing import Any, Literal, Self, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from langchain_core.utils import secret_from_env
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, field_validator
 
-from rbln_retrieval import ModelFamily, detect_family, get_engine
+from rbln_retrieval import EngineHolder, ModelFamily, detect_family, get_engine
 
 T = TypeVar("T")
 
@@ -25,8 +25,10 @@ ENGINE_FIELDS = frozenset(
 )
 
 
-class RBLNEngineModel(BaseModel):
+class RBLNEngineModel(EngineHolder, BaseModel):
     """Engine and remote-server settings; every object with equal engine settings shares one engine."""
+
+    _frozen_fields: ClassVar[frozenset[str]] = ENGINE_FIELDS
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True)
 
@@ -111,14 +113,6 @@ class RBLNEngineModel(BaseModel):
         handle.engine  # noqa: B018 - start (or join) the engine now, so a bad model fails here
         self._engine = handle
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in ENGINE_FIELDS:
-            raise ValueError(
-                f"{name} selects the engine of this {type(self).__name__} and cannot change after construction; "
-                "create a new object instead."
-            )
-        super().__setattr__(name, value)
-
     @field_validator("model", mode="before")
     @classmethod
     def _model_path_to_str(cls, value: Any) -> Any:
@@ -137,15 +131,6 @@ class RBLNEngineModel(BaseModel):
         """Per-call settings, read at each call so that assigning them takes effect."""
         return {"truncate": self.truncate, "timeout": self.timeout}
 
-    def close(self) -> None:
-        """Release this object's claim on the shared engine; the engine closes when its last holder does."""
-        self._engine.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
 
 def batches(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:

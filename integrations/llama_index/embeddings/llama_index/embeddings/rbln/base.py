@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr, SecretStr, field_validator
 
-from rbln_retrieval import detect_family, get_engine
+from rbln_retrieval import EngineHolder, detect_family, get_engine
 
 # One engine call submits a whole batch and vLLM's scheduler packs it into steps, so LlamaIndex's default of 10
 # would leave the steps mostly empty; the same default as langchain-rbln's batch_size.
@@ -27,7 +27,7 @@ def _api_key_from_env() -> SecretStr | None:
     return SecretStr(key) if key else None
 
 
-class RBLNEmbedding(BaseEmbedding):
+class RBLNEmbedding(EngineHolder, BaseEmbedding):
     """Embeddings from a local model directory, served by rbln-retrieval's pooling engine.
 
     Every model family rbln-retrieval supports works (BERT/RoBERTa/XLM-R bi-encoders, Qwen3-Embedding); pooling,
@@ -44,6 +44,8 @@ class RBLNEmbedding(BaseEmbedding):
         Settings.embed_model = RBLNEmbedding(model_name="Qwen/Qwen3-Embedding-0.6B")
         ```
     """
+
+    _frozen_fields: ClassVar[frozenset[str]] = FROZEN_FIELDS
 
     model_name: str = Field(
         description=(
@@ -138,23 +140,6 @@ class RBLNEmbedding(BaseEmbedding):
         handle.engine  # noqa: B018 - start (or join) the engine now, so a bad model fails here
         self._engine = handle
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in FROZEN_FIELDS:
-            raise ValueError(
-                f"{name} selects the engine of this RBLNEmbedding and cannot change after construction; "
-                "create a new object instead."
-            )
-        super().__setattr__(name, value)
-
-    def close(self) -> None:
-        """Release this object's claim on the shared engine; the engine closes when its last holder does."""
-        self._engine.close()
-
-    def __enter__(self) -> RBLNEmbedding:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     def get_text_embedding_batch(self, texts: list[str], show_progress: bool = False, **kwargs: Any) -> list[Embedding]:
         if isinstance(texts, Mapping):  # LlamaIndex would iterate it and embed its keys

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from llama_index.core.bridge.pydantic import Field, PrivateAttr, SecretStr, field_validator
 from llama_index.core.callbacks import CBEventType, EventPayload
@@ -14,7 +14,7 @@ from llama_index.core.instrumentation.events.rerank import ReRankEndEvent, ReRan
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
 
-from rbln_retrieval import get_engine
+from rbln_retrieval import EngineHolder, get_engine
 
 dispatcher = get_dispatcher(__name__)
 
@@ -32,7 +32,7 @@ def _api_key_from_env() -> SecretStr | None:
     return SecretStr(key) if key else None
 
 
-class RBLNReranker(BaseNodePostprocessor):
+class RBLNReranker(EngineHolder, BaseNodePostprocessor):
     """Rerank retrieved nodes with a cross-encoder, Qwen3-Reranker or bi-encoder served by rbln-retrieval.
 
     Scores are P(relevant) for cross-encoders and Qwen3-Reranker, cosine similarity for bi-encoders. Returns new
@@ -48,6 +48,8 @@ class RBLNReranker(BaseNodePostprocessor):
         query_engine = index.as_query_engine(similarity_top_k=20, node_postprocessors=[reranker])
         ```
     """
+
+    _frozen_fields: ClassVar[frozenset[str]] = FROZEN_FIELDS
 
     model: str = Field(
         description=(
@@ -128,23 +130,6 @@ class RBLNReranker(BaseNodePostprocessor):
         options["token"] = self.hf_token.get_secret_value() if self.hf_token is not None else None
         self._engine = get_engine(self.model, api_key=api_key, truncate=self.truncate, **options)
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in FROZEN_FIELDS:
-            raise ValueError(
-                f"{name} selects the engine of this RBLNReranker and cannot change after construction; "
-                "create a new object instead."
-            )
-        super().__setattr__(name, value)
-
-    def close(self) -> None:
-        """Release this object's claim on the shared engine; the engine closes when its last holder does."""
-        self._engine.close()
-
-    def __enter__(self) -> RBLNReranker:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     @field_validator("model", mode="before")
     @classmethod
