@@ -8,7 +8,7 @@ export TORCH_DEVICE_BACKEND_AUTOLOAD := 0
 INSTALL_INPUTS := scripts/install.sh scripts/vllm_requirements.py $(wildcard requirements/*.txt) pyproject.toml \
 	integrations/langchain/pyproject.toml $(wildcard integrations/llama_index/*/pyproject.toml)
 
-.PHONY: install demo test test-ray test-avx2 bench bench-backend clean
+.PHONY: install demo lint format test test-fast test-ray test-avx2 bench bench-backend clean
 install: $(STAMP)
 
 $(STAMP): $(INSTALL_INPUTS)
@@ -18,8 +18,24 @@ $(STAMP): $(INSTALL_INPUTS)
 demo: install
 	$(PY) examples/demo.py
 
+# ruff (lint and format) over the repository; mypy, strict on rbln_retrieval/ outside the vLLM boundary (pyproject).
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+format: install
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
 test: install
 	$(PY) -m pytest
+
+# A developer's loop, about 2 minutes: pinned imports, unit tests, input checks and the MiniLM engine's own
+# behaviour; no servers, no Ray, no examples (those run in `make test`).
+test-fast: install
+	$(PY) -m pytest -m "not ray and not server and not slow" tests/test_imports.py tests/test_cpu_features.py \
+		tests/backend/test_units.py tests/test_bad_input.py tests/test_minilm.py integrations/langchain/tests/unit_tests
 
 # Only the Ray group (a local Ray cluster: bulk embedding on Ray Data, replicas on Ray Serve).
 test-ray: install

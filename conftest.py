@@ -13,7 +13,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 
-from rbln_retrieval.testing import (  # noqa: E402
+from model_builders import (  # noqa: E402
     BUILDERS,
     HUB_MINILM,
     HUB_TINY,
@@ -24,7 +24,7 @@ from rbln_retrieval.testing import (  # noqa: E402
 
 
 class TinyModels:
-    """``tiny_models[name]`` builds rbln_retrieval.testing.BUILDERS[name] the first time it is asked for."""
+    """``tiny_models[name]`` builds model_builders.BUILDERS[name] the first time it is asked for."""
 
     def __init__(self, root: Path):
         self.root = root

@@ -29,7 +29,7 @@ os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from models import corpus, qwen3_shaped  # noqa: E402
+from models import corpus, minilm_path, qwen3_shaped  # noqa: E402
 
 
 def _install_step_counter(worker: Any) -> None:
@@ -114,7 +114,6 @@ def main() -> None:
     parser.add_argument("--model-dir", type=Path, default=Path("/tmp/rbln-bench-models"))
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("backend_results.json"))
     args = parser.parse_args()
-    from rbln_retrieval.testing import minilm_path
 
     texts = corpus(args.passages)
     models = {

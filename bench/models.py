@@ -11,9 +11,14 @@ consecutive paragraphs of one topic grouped 1 to 6 at a time: mixed-length real 
 from __future__ import annotations
 
 import random
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+# The embedded MiniLM's path and the random-weight model builders live with the tests.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from model_builders import minilm_path, save_tokenizer, sentence_transformers_files  # noqa: E402
 
 QWEN3_0_6B = dict(
     hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8, head_dim=128,
@@ -62,13 +67,12 @@ def qwen3_shaped(root: Path) -> Path:
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from rbln_retrieval.testing import _save_tokenizer, _sentence_transformers_files
 
     torch.manual_seed(0)
-    tokenizer = _save_tokenizer(path, drop_token_type_ids=True)
+    tokenizer = save_tokenizer(path, drop_token_type_ids=True)
     model = Qwen3ForCausalLM(Qwen3Config(pad_token_id=tokenizer.pad_token_id, **QWEN3_0_6B)).to(torch.bfloat16)
     model.save_pretrained(str(path))
-    _sentence_transformers_files(path, "lasttoken", normalize=True, prompts={"query": "", "document": ""},
+    sentence_transformers_files(path, "lasttoken", normalize=True, prompts={"query": "", "document": ""},
                                  hidden=QWEN3_0_6B["hidden_size"], max_length=512)
     return path
 
@@ -80,17 +84,16 @@ def _bert_base(root: Path, name: str, cross_encoder: bool) -> Path:
     import torch
     from transformers import BertConfig, BertForSequenceClassification, BertModel
 
-    from rbln_retrieval.testing import _save_tokenizer, _sentence_transformers_files
 
     torch.manual_seed(0)
-    tokenizer = _save_tokenizer(path)
+    tokenizer = save_tokenizer(path)
     config = BertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **BERT_BASE)
     if cross_encoder:
         config.num_labels = 1
         BertForSequenceClassification(config).save_pretrained(str(path))
     else:
         BertModel(config).save_pretrained(str(path))
-        _sentence_transformers_files(path, "mean", normalize=True, prompts=None,
+        sentence_transformers_files(path, "mean", normalize=True, prompts=None,
                                      hidden=BERT_BASE["hidden_size"], max_length=512)
     return path
 
@@ -104,8 +107,6 @@ class BenchModel:
 
 
 def _minilm(_: Path) -> Path:
-    from rbln_retrieval.testing import minilm_path
-
     return minilm_path()
 
 

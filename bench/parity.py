@@ -15,8 +15,8 @@ import reference  # noqa: E402
 from corpus import mixed_length  # noqa: E402
 
 from rbln_retrieval import PoolingEngine  # noqa: E402
-from rbln_retrieval.families import QWEN3_DEFAULT_TASK  # noqa: E402
-from rbln_retrieval.testing import BUILDERS, minilm_path  # noqa: E402
+from rbln_retrieval.prompts import QWEN3_DEFAULT_TASK  # noqa: E402
+from model_builders import BUILDERS, minilm_path  # noqa: E402
 
 QUERY = "How are exceptions raised and handled in Python?"
 

@@ -18,7 +18,6 @@ import models
 import ray
 
 from rbln_retrieval.ray import embed_dataset
-from rbln_retrieval.testing import minilm_path
 
 RESULTS = Path(__file__).parent / "results" / "ray_actors.json"
 
@@ -29,7 +28,7 @@ def run(texts: list[str], actors: int, batch_size: int) -> dict:
     first = last = None
     rows = after_first = 0
     ds = ray.data.from_items([{"id": i, "text": t} for i, t in enumerate(texts)])
-    for batch in embed_dataset(ds, str(minilm_path()), actors=actors, batch_size=batch_size,
+    for batch in embed_dataset(ds, str(models.minilm_path()), actors=actors, batch_size=batch_size,
                                num_cpus=cpus).iter_batches(batch_size=None):
         now = time.monotonic()
         if first is None:

@@ -21,7 +21,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from models import corpus  # noqa: E402
+from models import corpus, minilm_path  # noqa: E402
 
 # Before issue #16: powers of two to 1,024, then steps of 1,024; every step's budget the largest bucket (a step
 # cost this large makes the scheduler prefer the fullest step, as first-fit into the largest bucket did).
@@ -43,7 +43,6 @@ def calls(count: int, seed: int = 0) -> list[list[str]]:
 
 def main() -> None:
     from rbln_retrieval import PoolingEngine
-    from rbln_retrieval.testing import minilm_path
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=60)

@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 from docs_corpus import Passage, fingerprint, load_documents, load_queries, passages
 
-from rbln_retrieval.cli import quiet_startup
+from example_args import embedded_minilm
 
-quiet_startup()  # also runs in vLLM's engine process, which imports this module again
+from rbln_retrieval.quiet import quiet_startup
 
 ROOT = Path(__file__).resolve().parent.parent
 CANDIDATES = 10  # passages retrieved per question and handed to the reranker
@@ -111,14 +111,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data-dir", type=Path, default=ROOT / ".demo-data", help="where Chroma keeps its files")
     parser.add_argument("--fresh", action="store_true", help="delete the stored collections and embed again")
     args = parser.parse_args(argv)
+    quiet_startup()
     if args.fresh:
         shutil.rmtree(args.data_dir / "chroma", ignore_errors=True)
 
     from rbln_retrieval import PoolingEngine
     from rbln_retrieval.device import explain_auto
-    from rbln_retrieval.testing import minilm_path
 
-    model = minilm_path()
+    model = embedded_minilm()
     corpus = passages()
     device, why = explain_auto()
     print("rbln-retrieval demo: questions over the Python documentation (PSF License 2.0, examples/data)")
@@ -135,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         engine.close()
 
 
-def _run(engine, start_s: float, data_dir: Path, model: Path, corpus: list[Passage]) -> int:
+def _run(engine, start_s: float, data_dir: Path, model: str, corpus: list[Passage]) -> int:
     _row("engine", f"started in {start_s:.1f} s (runner={engine.options.runner}, "
          f"{engine.device}, {engine.dimension} dims)")
     ours = Pipeline(
@@ -199,7 +199,7 @@ def _answer(pipeline: Pipeline, question: str, corpus: list[Passage], show: int 
         print(f"  {place}. {score:.3f}  {pid:<22} {body[:84]}{'...' if len(body) > 84 else ''}")
 
 
-def _sentence_transformers_pipeline(model: Path, data_dir: Path, corpus: list[Passage]) -> Pipeline:
+def _sentence_transformers_pipeline(model: str, data_dir: Path, corpus: list[Passage]) -> Pipeline:
     """The same pipeline with sentence-transformers computing every vector (queries, passages, rerank)."""
     import transformers
     from sentence_transformers import SentenceTransformer

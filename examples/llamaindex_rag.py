@@ -8,11 +8,10 @@ RBLNReranker postprocessor and MockLLM (no LLM is called), printing the source n
 
 from __future__ import annotations
 
-from rbln_retrieval.cli import quiet_startup
+if __name__ == "__main__":
+    from rbln_retrieval.quiet import quiet_startup
 
-quiet_startup()
-
-if __name__ == "__main__":  # vLLM's engine process imports this module again
+    quiet_startup()
     from docs_corpus import rag_pages
     from example_args import rag_arguments
     from llama_index.core import Document, Settings, VectorStoreIndex

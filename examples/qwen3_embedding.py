@@ -8,10 +8,6 @@ The model card builds "Instruct: {task}\\nQuery:{query}" by hand; here `kind="qu
 
 from __future__ import annotations
 
-from rbln_retrieval.cli import quiet_startup
-
-quiet_startup()
-
 TASK = "Given a web search query, retrieve relevant passages that answer the query"
 QUERIES = ["What is the capital of China?", "Explain gravity"]
 DOCUMENTS = [
@@ -22,16 +18,20 @@ DOCUMENTS = [
 # Printed by the model card's example for Qwen3-Embedding-0.6B.
 MODEL_CARD_0_6B = [[0.7646, 0.1414], [0.1355, 0.6000]]
 
-if __name__ == "__main__":  # vLLM's engine process imports this module again
+if __name__ == "__main__":
+    from rbln_retrieval.quiet import quiet_startup
+
+    quiet_startup()
     from example_args import qwen3_arguments
 
     from rbln_retrieval import PoolingEngine
+    from rbln_retrieval.prompts import embed_prefix
 
     args = qwen3_arguments(__doc__.splitlines()[0], "qwen3-embedding", "Qwen/Qwen3-Embedding-0.6B")
     with PoolingEngine(args.model, device=args.device, dtype=args.dtype) as engine:
         queries = engine.embed(QUERIES, kind="query", instruction=TASK)
         documents = engine.embed(DOCUMENTS)
-        print(f"query prompt: {engine.family.query_prefix(TASK)!r}")
+        print(f"query prompt: {embed_prefix(engine.family, engine.model, 'query', TASK)!r}")
         print(f"vectors: {engine.dimension} dims, unit length")
         print("cosine(query, document):")
         for query, row in zip(QUERIES, queries @ documents.T):

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from qwen3_embedding import DOCUMENTS, QUERIES, TASK  # the model cards use the same pairs
 
-from rbln_retrieval.cli import quiet_startup
+if __name__ == "__main__":
+    from rbln_retrieval.quiet import quiet_startup
 
-quiet_startup()
-
-if __name__ == "__main__":  # vLLM's engine process imports this module again
+    quiet_startup()
     from example_args import qwen3_arguments
 
     from rbln_retrieval import PoolingEngine

@@ -11,10 +11,6 @@ persist directory is written by this driver process).
 
 from __future__ import annotations
 
-from rbln_retrieval.cli import quiet_startup
-
-quiet_startup()
-
 COLLECTION = "ray-ingest"
 CHUNK_CHARS = 800  # stays under all-MiniLM-L6-v2's 256-token limit
 
@@ -51,7 +47,10 @@ def chunk(row: dict) -> list[dict]:
             for n, text in enumerate(splitter.split_text(row["text"]))]
 
 
-if __name__ == "__main__":  # vLLM's engine process imports this module again
+if __name__ == "__main__":
+    from rbln_retrieval.quiet import quiet_startup
+
+    quiet_startup()
     import argparse
     import time
 
@@ -61,12 +60,12 @@ if __name__ == "__main__":  # vLLM's engine process imports this module again
 
     from langchain_rbln import RBLNEmbeddings
     from rbln_retrieval.ray import embed_dataset
-    from rbln_retrieval.testing import minilm_path
+    from example_args import embedded_minilm
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="+")
     parser.add_argument("--persist-dir", required=True)
-    parser.add_argument("--model", default=str(minilm_path()), help="Hugging Face id or directory")
+    parser.add_argument("--model", default=embedded_minilm(), help="Hugging Face id or directory")
     parser.add_argument("--actors", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--question", default="How do I run cleanup code whether or not an exception occurs?")

@@ -1,7 +1,7 @@
 """rbln-retrieval: embeddings and rerankers on Rebellions RBLN NPUs (and the CPU) through a bundled vLLM backend."""
 
 from rbln_retrieval.connect import get_engine
-from rbln_retrieval.engine import EngineOptions, PoolingEngine
+from rbln_retrieval.engine import PoolingEngine
 from rbln_retrieval.errors import (
     DeviceUnavailableError,
     EngineDeadError,
@@ -12,6 +12,9 @@ from rbln_retrieval.errors import (
 )
 from rbln_retrieval.families import ModelFamily, detect_family
 from rbln_retrieval.model_source import ModelSource, resolve_model
+from rbln_retrieval.options import EngineOptions
+from rbln_retrieval.protocol import RetrievalEngine
+from rbln_retrieval.ranking import rank
 from rbln_retrieval.shared import EngineHolder
 
 __all__ = [
@@ -26,8 +29,10 @@ __all__ = [
     "ModelSource",
     "PoolingEngine",
     "RBLNRetrievalError",
+    "RetrievalEngine",
     "detect_family",
     "get_engine",
+    "rank",
     "resolve_model",
 ]
 __version__ = "0.1.0"

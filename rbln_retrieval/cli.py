@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from rbln_retrieval.errors import RBLNRetrievalError
+from rbln_retrieval.quiet import quiet_startup
 
 PROG = "rbln-retrieval"
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
@@ -42,36 +43,13 @@ DOCTOR_PACKAGES = (
 CPU_FLAGS = (("avx512f", "AVX-512"), ("avx512_bf16", "AVX512_BF16"), ("amx_bf16", "AMX-BF16"))
 
 
-def quiet_startup() -> None:
-    """Keep library start-up chatter out of a command's output (also used by the examples).
-
-    Runs at import, so vLLM's engine process, which imports the main module again when it spawns, is quiet too.
-    vLLM warns about the CPU build (no Triton) while it is imported, before its logging is configured, which
-    Python's last-resort handler would print; its own configuration later replaces our errors-only handler.
-    """
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # torch's NUMA-binding notice in the engine process
-    # FutureWarnings from torch inside vLLM, and the shared-memory note vLLM's engine leaves at exit.
-    os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning,ignore:resource_tracker:UserWarning")
-    vllm_logger = logging.getLogger("vllm")
-    if not any(getattr(handler, "_rbln_quiet", False) for handler in vllm_logger.handlers):
-        handler = logging.StreamHandler()
-        handler.setLevel(logging.ERROR)
-        handler._rbln_quiet = True  # type: ignore[attr-defined]
-        vllm_logger.addHandler(handler)
-
-
-quiet_startup()
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    quiet_startup()
     argv = list(sys.argv[1:] if argv is None else argv)
     parser, commands = _parser()
     if argv and argv[0] in commands:
@@ -80,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         args = parser.parse_args(argv)  # --help, or a usage error naming the commands
     try:
-        return args.run(args)
+        return int(args.run(args))
     except (RBLNRetrievalError, ValueError, TypeError, OSError) as exc:
         # OSError covers missing or unreadable files; every message we raise is already one sentence.
         if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
@@ -93,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+def _parser() -> tuple[_Parser, dict[str, _Parser]]:
     parser = _Parser(prog=PROG, description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(required=True, metavar="COMMAND", parser_class=_Parser)
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from rbln_retrieval.inputs import Truncate
 from rbln_retrieval.model_source import SOURCE_ARGS
+from rbln_retrieval.options import EngineOptions
 from rbln_retrieval.shared import EngineHandle, EngineSpec
 
 
@@ -32,11 +33,9 @@ def get_engine(
     """
     source_args = {name: options.pop(name) for name in SOURCE_ARGS if name in options}
     if base_url is None:
-        from rbln_retrieval.engine import EngineOptions, resolve_source
-
-        spec = EngineSpec(resolve_source(model, EngineOptions(**options), **source_args), options)
+        spec = EngineSpec(EngineOptions(**options).resolve_source(model, **source_args), options)
     else:
         urls = (base_url,) if isinstance(base_url, str) else tuple(base_url)
-        client = {name: options.pop(name) for name in ("batch_size", "max_retries") if name in options}
+        client: dict[str, Any] = {name: options.pop(name) for name in ("batch_size", "max_retries") if name in options}
         spec = EngineSpec(os.fspath(model), options, base_url=urls, api_key=api_key, client={**client, **source_args})
     return EngineHandle(spec, truncate=truncate, timeout=timeout, attach=attach)

@@ -4,64 +4,33 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import os
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Sized
 from typing import Any, Literal, TypeVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 from tqdm.auto import tqdm
 
 from rbln_retrieval.backend.config import compile_only
 from rbln_retrieval.device import resolve_device
 from rbln_retrieval.engine_args import cpu_threads_env, vllm_engine_kwargs
 from rbln_retrieval.errors import EngineDeadError, EngineStartError
-from rbln_retrieval.families import FamilyName, ModelFamily, check_weights, detect_family, unreadable_weights
-from rbln_retrieval.inputs import Truncate, check_dimensions, check_query, check_sequence, check_texts, check_truncate
+from rbln_retrieval.families import ModelFamily, check_weights, detect_family, unreadable_weights
+from rbln_retrieval.inputs import Truncate, check_dimensions, check_query, check_truncate, chunks
 from rbln_retrieval.loop import EngineLoop
-from rbln_retrieval.model_source import SOURCE_ARGS, ModelSource, resolve_model
+from rbln_retrieval.model_source import SOURCE_ARGS, ModelSource
+from rbln_retrieval.options import EngineOptions
+from rbln_retrieval.prompts import embed_prefix, qwen3_reranker_pairs, score_method
+from rbln_retrieval.quiet import quiet_vllm
+from rbln_retrieval.ranking import rank
 from rbln_retrieval.shared import EngineHandle, EngineSpec, close_all
 from rbln_retrieval.tokens import PromptTokenizer, Tokens
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-# Inputs are consumed, tokenized and submitted this many at a time, so an iterator of millions of texts
-# holds only one chunk of prompts in memory while the engine works.
-CHUNK_SIZE = 1024
-
-
-class EngineOptions(BaseModel):
-    """Everything that changes an engine's computation; equal options share one engine. Per-call behaviour
-    (truncation, timeouts, batch sizes, progress) is an argument of each call instead, and where the files come
-    from (revision, cache_folder, token, local_files_only) is named by the resolved snapshot directory (see
-    rbln_retrieval.model_source)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    device: Literal["auto", "rbln", "cpu"] = "auto"
-    runner: Literal["bundled", "stock"] = "bundled"
-    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
-    max_length: int | None = Field(default=None, gt=0)
-    family: FamilyName | None = None
-    trust_remote_code: bool = False
-    allow_pickle: bool = False
-    strict_shapes: bool = False
-    # True: vLLM's engine runs in this process (rbln_retrieval.inproc): no processes to spawn, each re-importing
-    # vLLM and torch, and no inter-process hop per step (all-MiniLM-L6-v2: first vector 7.8 s after process start
-    # instead of about 27 s, bench/results). False: vLLM's AsyncLLM with its engine processes.
-    in_process: bool = True
-    engine_kwargs: dict[str, Any] = Field(default_factory=dict)
-
-
-def _vllm_quiet() -> None:
-    # vLLM logs every start-up detail at INFO; users of a library want warnings only unless they ask.
-    # vLLM warns about CPU-build details (Triton, tcmalloc) that are not actionable for a retrieval user.
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
 
 class PoolingEngine:
@@ -85,16 +54,17 @@ class PoolingEngine:
     ):
         self.truncate = check_truncate(truncate)
         self.options = EngineOptions(**options)
-        self.source = resolve_source(model, self.options, revision=revision, cache_folder=cache_folder, token=token,
-                               local_files_only=local_files_only)
+        self.source = self.options.resolve_source(
+            model, revision=revision, cache_folder=cache_folder, token=token, local_files_only=local_files_only
+        )
         self.model = self.source.path
         self.family: ModelFamily = detect_family(
             self.model, max_length=self.options.max_length, family=self.options.family
         )
         check_weights(self.model, allow_pickle=self.options.allow_pickle)
-        if self.options.runner == "stock" and self.options.device == "rbln":
-            raise ValueError("runner='stock' is vLLM's CPU runner; device='rbln' needs runner='bundled'.")
+        self.options.target(self.options.device)  # refuses runner="stock" on device="rbln" before any work
         self.device = resolve_device(self.options.device, compile_only=compile_only(self.options.engine_kwargs))
+        self.target = self.options.target(self.device)
         self.tokenizer = PromptTokenizer(self.model, self.family, trust_remote_code=self.options.trust_remote_code)
         self._loop = EngineLoop()
         self._vllm: Any = None
@@ -115,7 +85,7 @@ class PoolingEngine:
         Keyed by the resolved directory, so every spelling of one snapshot (id, id@revision, the snapshot
         directory) shares one engine; the source options (token included) are not part of the key."""
         source_args = {name: options.pop(name) for name in SOURCE_ARGS if name in options}
-        source = resolve_source(model, EngineOptions(**options), **source_args)
+        source = EngineOptions(**options).resolve_source(model, **source_args)
         return EngineHandle(EngineSpec(source, options), truncate=truncate)
 
     @staticmethod
@@ -128,12 +98,11 @@ class PoolingEngine:
         return self._vllm is None and self._loop.loop.is_closed()
 
     async def _start(self) -> None:
-        _vllm_quiet()
+        quiet_vllm()
         from rbln_retrieval import backend
 
-        # The bundled plugin runs on the host on CPU engines and on the NPU on device="rbln"; vLLM's processes
-        # started inside `activated` inherit the choice, and a stock engine's processes get the plugin off.
-        target = ("rbln" if self.device == "rbln" else "host") if self.options.runner == "bundled" else None
+        # vLLM's processes started inside `activated` inherit the target; a stock engine's get the plugin off.
+        target = self.target
         # An in-process engine uses this process's vLLM platform: the bundled one, if vLLM's CPU platform is active.
         in_process = self.options.in_process
         if in_process and not backend.claim_platform() and target is not None:
@@ -147,19 +116,7 @@ class PoolingEngine:
 
         from rbln_retrieval.inproc import InprocEngine
 
-        kwargs = vllm_engine_kwargs(
-            self.model,
-            self.family,
-            dtype=self.options.dtype,
-            trust_remote_code=self.options.trust_remote_code,
-            allow_pickle=self.options.allow_pickle,
-            extra=self.options.engine_kwargs,
-            runner=self.options.runner,
-            target=target or "host",
-            strict_shapes=self.options.strict_shapes,
-            device=self.device,
-            model_key=str(self.source),
-        )
+        kwargs = vllm_engine_kwargs(self.model, self.family, self.options, device=self.device, model_key=str(self.source))
         if in_process:
             env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}  # vLLM's CPU platform allows the uni executor only then
         else:  # the thread variables reach only a worker process vLLM spawns
@@ -211,7 +168,7 @@ class PoolingEngine:
     async def _stats(self) -> dict[str, Any]:
         engine = await self._running_engine()
         (stats,) = await engine.collective_rpc("bundled_stats")
-        return stats
+        return dict(stats)
 
     @property
     def dimension(self) -> int:
@@ -247,7 +204,7 @@ class PoolingEngine:
         truncate: Truncate | None = None,
     ) -> list[tuple[int, float]]:
         """(index, score) pairs, best first; ``top_n`` None keeps all, 0 or less returns []."""
-        return _ranked(self.score(query, documents, instruction=instruction, truncate=truncate), top_n)
+        return rank(self.score(query, documents, instruction=instruction, truncate=truncate), top_n)
 
     # -- public async API --------------------------------------------------------------------------------------
     async def aembed(
@@ -274,7 +231,7 @@ class PoolingEngine:
         self, query: str, documents: Iterable[str], *, top_n: int | None = None, instruction: str | None = None,
         truncate: Truncate | None = None,
     ) -> list[tuple[int, float]]:
-        return _ranked(await self.ascore(query, documents, instruction=instruction, truncate=truncate), top_n)
+        return rank(await self.ascore(query, documents, instruction=instruction, truncate=truncate), top_n)
 
     def _truncate(self, truncate: str | None) -> Truncate:
         return self.truncate if truncate is None else check_truncate(truncate)
@@ -291,22 +248,16 @@ class PoolingEngine:
         truncate: Truncate,
         what: str = "texts",
     ) -> np.ndarray:
-        if self.family.is_cross_encoder:
-            raise ValueError(f"{self.model} is a reranker ({self.family.name}); it scores pairs and cannot embed.")
-        if kind not in ("document", "query"):
-            raise ValueError(f"kind={kind!r} is not 'document' or 'query'.")
-        if instruction is not None and not isinstance(instruction, str):
-            raise TypeError(f"instruction is {type(instruction).__name__}, expected str or None.")
+        prefix = embed_prefix(self.family, self.model, kind, instruction)
         dimensions = check_dimensions(
             dimensions, hidden_size=self.dimension, matryoshka=self.family.matryoshka, model=self.model
         )
-        prefix = self.family.query_prefix(instruction) if kind == "query" else self.family.document_prefix(instruction)
         from vllm import PoolingParams
 
         params = PoolingParams(task="embed", use_activation=normalize, dimensions=dimensions)
         rows: list[np.ndarray] = []
         with self._progress(texts, show_progress) as bar:
-            for first, chunk in _chunks(texts, what):
+            for first, chunk in chunks(texts, what):
                 tokens = await _off_loop(chunk, self.tokenizer.encode_texts, chunk, prefix, truncate, first_index=first)
                 rows.extend(await self._encode(tokens, params, bar))
         if not rows:
@@ -317,26 +268,21 @@ class PoolingEngine:
         self, query: str, documents: Iterable[str], instruction: str | None, truncate: Truncate
     ) -> list[float]:
         query = check_query(query)
-        if instruction is not None and not isinstance(instruction, str):
-            raise TypeError(f"instruction is {type(instruction).__name__}, expected str or None.")
-        if self.family.name == "bi-encoder" or self.family.name == "qwen3-embedding":
+        method = score_method(self.family, self.model, instruction)
+        if method == "cosine":
             docs = await self._embed(documents, "document", None, None, True, False, truncate, what="documents")
             if len(docs) == 0:
                 return []
             q = await self._embed([query], "query", instruction, None, True, False, truncate)
             return [float(s) for s in docs @ q[0]]
-        if instruction is not None and self.family.name == "cross-encoder":
-            raise ValueError(f"{self.model} is a cross-encoder and takes no instruction; leave instruction unset.")
         from vllm import PoolingParams
 
         params = PoolingParams(task="classify", use_activation=True)
         scores: list[float] = []
-        for first, chunk in _chunks(documents, what="documents"):
-            if self.family.name == "qwen3-reranker":
-                task = instruction if instruction is not None else self.family.default_instruction
-                tokens = await _off_loop(
-                    chunk, self.tokenizer.encode_qwen3_reranker, query, chunk, task, truncate, first_index=first
-                )
+        for first, chunk in chunks(documents, what="documents"):
+            if method == "qwen3-reranker":
+                pairs = qwen3_reranker_pairs(self.family, query, chunk, instruction)
+                tokens = await _off_loop(chunk, self.tokenizer.encode_qwen3_reranker, pairs, truncate, first_index=first)
             else:
                 tokens = await _off_loop(chunk, self.tokenizer.encode_pairs, query, chunk, truncate, first_index=first)
             scores.extend(float(row.reshape(-1)[0]) for row in await self._encode(tokens, params, None))
@@ -358,12 +304,13 @@ class PoolingEngine:
 
                 request_params = params.clone()
                 request_params.extra_kwargs = {"compressed_token_type_ids": compress_token_type_ids(item.type_ids)}
-            final = None
+            final: Any = None
             async for output in engine.encode(TokensPrompt(prompt_token_ids=item.ids), request_params, f"{batch}-{index}"):
                 final = output
             if bar is not None:
                 bar.update(1)
-            return final.outputs.data.float().numpy()
+            row: np.ndarray = final.outputs.data.float().numpy()
+            return row
 
         try:
             async with asyncio.TaskGroup() as group:
@@ -387,15 +334,8 @@ class PoolingEngine:
 
     @staticmethod
     def _progress(texts: Iterable[str], show_progress: bool) -> tqdm:
-        total = len(texts) if hasattr(texts, "__len__") else None
+        total = len(texts) if isinstance(texts, Sized) else None
         return tqdm(total=total, disable=not show_progress, desc="Embedding", unit="text")
-
-
-def resolve_source(model: str | os.PathLike[str] | ModelSource, options: EngineOptions, **source_args: Any) -> ModelSource:
-    """The snapshot directory for ``model``, fetching only the files these options let the engine read."""
-    return resolve_model(
-        model, allow_pickle=options.allow_pickle, trust_remote_code=options.trust_remote_code, **source_args
-    )
 
 
 # Tokenizing this few texts (at most a window of each, see tokens.py) costs less than a hop to a worker thread.
@@ -408,21 +348,3 @@ async def _off_loop(chunk: list[str], fn: Callable[..., T], *args: Any, **kwargs
     if len(chunk) <= INLINE_TOKENIZE:
         return fn(*args, **kwargs)
     return await asyncio.to_thread(fn, *args, **kwargs)
-
-
-def _chunks(texts: Iterable[str], what: str = "texts") -> Iterator[tuple[int, list[str]]]:
-    """(index of first item, validated chunk) pairs; raises TypeError naming the global index of a bad item."""
-    check_sequence(texts, what)
-    iterator = iter(texts)
-    first = 0
-    while chunk := list(itertools.islice(iterator, CHUNK_SIZE)):
-        yield first, check_texts(chunk, what, first_index=first)
-        first += len(chunk)
-
-
-def _ranked(scores: list[float], top_n: int | None) -> list[tuple[int, float]]:
-    if top_n is not None and top_n <= 0:
-        return []
-    order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
-    return [(i, scores[i]) for i in order[:top_n]]
-

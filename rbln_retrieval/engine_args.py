@@ -8,6 +8,7 @@ from typing import Any
 
 from rbln_retrieval import cpu_features
 from rbln_retrieval.families import ModelFamily
+from rbln_retrieval.options import EngineOptions
 
 # vLLM's CPU worker process binds its compute threads to all cores but one, which it reserves for the engine-core
 # process; on a small host that halves compute. Compute gets every core this process may use unless the caller
@@ -40,46 +41,40 @@ def resolve_dtype(dtype: str, device: str) -> str:
 
 
 def vllm_engine_kwargs(
-    model_dir: str | Path,
-    family: ModelFamily,
-    *,
-    dtype: str = "auto",
-    trust_remote_code: bool = False,
-    allow_pickle: bool = False,
-    extra: dict[str, Any] | None = None,
-    runner: str = "stock",
-    target: str = "host",
-    strict_shapes: bool = False,
-    device: str = "cpu",
-    model_key: str | None = None,
+    model_dir: str | Path, family: ModelFamily, options: EngineOptions, *, device: str, model_key: str | None = None
 ) -> dict[str, Any]:
-    """Keyword arguments for vllm.AsyncEngineArgs (names match vLLM's CLI flags with dashes).
+    """Keyword arguments for vllm.AsyncEngineArgs (names match vLLM's CLI flags with dashes) for ``options`` on the
+    resolved ``device``.
 
-    ``runner="bundled"`` adds the bundled backend's settings for ``target`` ("host" or "rbln"); its own options
-    (buckets, attention, ...) come from ``extra["additional_config"]["rbln_retrieval"]``. ``model_key`` names the
-    model in the compile-cache key (``ModelSource``'s ``id@commit``; default: ``model_dir``).
+    The bundled runner adds its settings for its target ("host" or "rbln"); its own options (buckets, attention,
+    ...) come from ``engine_kwargs["additional_config"]["rbln_retrieval"]``. ``model_key`` names the model in the
+    compile-cache key (``ModelSource``'s ``id@commit``; default: ``model_dir``).
     """
-    extra = dict(extra or {})
-    dtype = resolve_dtype(dtype, device)
-    if runner == "bundled":
-        from rbln_retrieval.backend.config import CONFIG_KEY, engine_overrides
+    extra = dict(options.engine_kwargs)
+    dtype = resolve_dtype(options.dtype, device)
+    target = options.target(device)
+    if target is None:
+        return _stock_kwargs(model_dir, family, options, dtype, extra)
+    from rbln_retrieval.backend import rbln_runtime
+    from rbln_retrieval.backend.config import CONFIG_KEY, engine_overrides
 
-        additional = dict(extra.pop("additional_config", None) or {})
-        settings = dict(additional.pop(CONFIG_KEY, None) or {})
-        if "max_num_batched_tokens" in extra:
-            settings["max_num_batched_tokens"] = extra.pop("max_num_batched_tokens")
-        from rbln_retrieval.backend import rbln_runtime
+    additional = dict(extra.pop("additional_config", None) or {})
+    settings = dict(additional.pop(CONFIG_KEY, None) or {})
+    if "max_num_batched_tokens" in extra:
+        settings["max_num_batched_tokens"] = extra.pop("max_num_batched_tokens")
+    bundled = engine_overrides(
+        target=target, max_length=family.max_length, model=model_key or str(model_dir), dtype=dtype,
+        strict_shapes=options.strict_shapes, user=settings, soc=rbln_runtime.npu_name() if target == "rbln" else None,
+    )
+    bundled["additional_config"] = {**additional, **bundled["additional_config"]}
+    kwargs = _stock_kwargs(model_dir, family, options, dtype, extra)
+    kwargs["kv_cache_memory_bytes"] = _kv_cache_bytes(family, bundled["max_num_batched_tokens"])
+    return {**kwargs, **bundled}
 
-        bundled = engine_overrides(
-            target=target, max_length=family.max_length, model=model_key or str(model_dir), dtype=dtype,
-            strict_shapes=strict_shapes, user=settings, soc=rbln_runtime.npu_name() if target == "rbln" else None,
-        )
-        bundled["additional_config"] = {**additional, **bundled["additional_config"]}
-        kwargs = vllm_engine_kwargs(
-            model_dir, family, dtype=dtype, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, extra=extra
-        )
-        kwargs["kv_cache_memory_bytes"] = _kv_cache_bytes(family, bundled["max_num_batched_tokens"])
-        return {**kwargs, **bundled}
+
+def _stock_kwargs(
+    model_dir: str | Path, family: ModelFamily, options: EngineOptions, dtype: str, extra: dict[str, Any]
+) -> dict[str, Any]:
     max_num_batched_tokens = max(family.max_length, 8192)
     pooler: dict[str, Any] = {"task": family.pooling_task}
     if family.pooling is not None:
@@ -97,9 +92,9 @@ def vllm_engine_kwargs(
         "kv_cache_memory_bytes": _kv_cache_bytes(family, max_num_batched_tokens),
         "pooler_config": pooler,
         "hf_overrides": dict(family.hf_overrides),
-        "trust_remote_code": trust_remote_code,
+        "trust_remote_code": options.trust_remote_code,
         # Pickle checkpoints can run code on load; safetensors only unless the caller opts in.
-        "load_format": "auto" if allow_pickle else "safetensors",
+        "load_format": "auto" if options.allow_pickle else "safetensors",
         "disable_log_stats": True,
         # A library's users see their own progress bars; vLLM's checkpoint-loading bar is noise at every start.
         "use_tqdm_on_load": False,

@@ -14,20 +14,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rbln_retrieval.errors import ModelNotSupportedError
+from rbln_retrieval.prompts import QWEN3_DEFAULT_TASK, default_query_prompt
 
 logger = logging.getLogger(__name__)
 
 Pooling = Literal["MEAN", "CLS", "LAST"]
 FamilyName = Literal["qwen3-embedding", "qwen3-reranker", "bi-encoder", "cross-encoder"]
 
-QWEN3_DEFAULT_TASK = "Given a web search query, retrieve relevant passages that answer the query"
-QWEN3_QUERY_TEMPLATE = "Instruct: {instruction}\nQuery:"
-QWEN3_RERANKER_PREFIX = (
-    "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct "
-    'provided. Note that the answer can only be "yes" or "no".<|im_end|>\n<|im_start|>user\n'
-)
-QWEN3_RERANKER_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
-QWEN3_RERANKER_PAIR = "<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {document}"
 # vLLM turns the causal LM's vocabulary head into one row, logit(yes) - logit(no); sigmoid of it is P(yes).
 QWEN3_RERANKER_OVERRIDES = {
     "architectures": ["Qwen3ForSequenceClassification"],
@@ -40,6 +33,7 @@ _ST_POOLING_FLAGS: dict[str, Pooling] = {
     "pooling_mode_cls_token": "CLS",
     "pooling_mode_lasttoken": "LAST",
 }
+_ST_POOLING_MODES: dict[str, Pooling] = {"mean": "MEAN", "cls": "CLS", "lasttoken": "LAST"}
 _BI_ENCODER_ARCHS = {"BertModel", "RobertaModel", "XLMRobertaModel", "ModernBertModel", "NomicBertModel"}
 _CROSS_ENCODER_ARCHS = {
     "BertForSequenceClassification",
@@ -78,24 +72,13 @@ class ModelFamily:
     def pooling_task(self) -> Literal["embed", "classify"]:
         return "classify" if self.is_cross_encoder else "embed"
 
-    def query_prefix(self, instruction: str | None) -> str:
-        """The text placed before a query; ``instruction`` overrides the model's own prompt."""
-        if instruction is None:
-            return self.query_prompt
-        if self.name == "qwen3-embedding":
-            return QWEN3_QUERY_TEMPLATE.format(instruction=instruction)
-        return instruction
-
-    def document_prefix(self, instruction: str | None) -> str:
-        """The text placed before a document; ``instruction`` replaces the model's own document prompt."""
-        return self.document_prompt if instruction is None else instruction
-
 
 def _read_json(path: Path) -> dict[str, Any] | list[Any] | None:
     if not path.is_file():
         return None
     with path.open(encoding="utf-8") as f:
-        return json.load(f)
+        data: dict[str, Any] | list[Any] = json.load(f)
+    return data
 
 
 def _sentence_transformers_modules(model_dir: Path) -> list[dict[str, Any]]:
@@ -110,7 +93,7 @@ def _st_pooling(model_dir: Path, modules: list[dict[str, Any]]) -> Pooling | Non
         if not isinstance(cfg, dict):
             continue
         if mode := cfg.get("pooling_mode"):  # newer sentence-transformers writes one string
-            return {"mean": "MEAN", "cls": "CLS", "lasttoken": "LAST"}.get(mode)
+            return _ST_POOLING_MODES.get(mode)
         for flag, pooling in _ST_POOLING_FLAGS.items():
             if cfg.get(flag):
                 return pooling
@@ -131,7 +114,7 @@ def _max_length(model_dir: Path, config: dict[str, Any], user_max_length: int | 
         raise ModelNotSupportedError(f"{model_dir} declares no maximum sequence length (max_position_embeddings).")
     model_limit = min(limits)
     if user_max_length is None:
-        return model_limit
+        return int(model_limit)
     if not 0 < user_max_length <= max(limits):
         raise ValueError(f"max_length={user_max_length} is outside 1..{max(limits)} for {model_dir}.")
     return user_max_length
@@ -159,13 +142,13 @@ def detect_family(model_dir: str | Path, *, max_length: int | None = None, famil
     prompts: dict[str, str] = (st_config or {}).get("prompts") or {} if isinstance(st_config, dict) else {}
     pooling = _st_pooling(model_dir, modules)
     name = family or _family_name(arch, pooling, model_dir)
-    common = dict(
-        architecture=arch,
-        hidden_size=int(config.get("hidden_size", 0)),
-        max_length=_max_length(model_dir, config, max_length),
-        hf_overrides=_config_fixes(config),
-    )
-    causal = dict(kv_bytes_per_token=_kv_bytes_per_token(config))
+    common: dict[str, Any] = {
+        "architecture": arch,
+        "hidden_size": int(config.get("hidden_size", 0)),
+        "max_length": _max_length(model_dir, config, max_length),
+        "hf_overrides": _config_fixes(config),
+    }
+    causal: dict[str, Any] = {"kv_bytes_per_token": _kv_bytes_per_token(config)}
 
     if name == "qwen3-reranker":
         return ModelFamily(
@@ -184,7 +167,7 @@ def detect_family(model_dir: str | Path, *, max_length: int | None = None, famil
     normalize = any(m.get("type", "").endswith("Normalize") for m in modules)
     document_prompt = prompts.get("document", prompts.get("passage", ""))
     if name == "qwen3-embedding":
-        query_prompt = prompts.get("query", QWEN3_QUERY_TEMPLATE.format(instruction=QWEN3_DEFAULT_TASK))
+        query_prompt = prompts.get("query", default_query_prompt("qwen3-embedding"))
         return ModelFamily(
             name="qwen3-embedding",
             pooling="LAST",
@@ -240,7 +223,7 @@ def _kv_bytes_per_token(config: dict[str, Any]) -> int:
     heads = config.get("num_attention_heads", 1)
     head_dim = config.get("head_dim") or config.get("hidden_size", 0) // heads
     kv_heads = config.get("num_key_value_heads") or heads
-    return 2 * config.get("num_hidden_layers", 1) * kv_heads * head_dim * 4
+    return int(2 * config.get("num_hidden_layers", 1) * kv_heads * head_dim * 4)
 
 
 def check_weights(model_dir: str | Path, *, allow_pickle: bool) -> None:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
 import re
-from collections.abc import Iterable, Mapping
-from typing import Any, Literal
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Literal, cast
 
 Truncate = Literal["end", "start", "error"]
 TRUNCATE_MODES = ("end", "start", "error")
+
+# Inputs are consumed, validated and submitted this many at a time, so an iterator of millions of texts holds
+# only one chunk in memory while the engine works.
+CHUNK_SIZE = 1024
 
 # A Python str can hold surrogate code points (what errors="surrogateescape" decoding leaves for undecodable
 # bytes) that are not characters and cannot be encoded; the tokenizers and JSON reject them.
@@ -46,6 +51,16 @@ def check_texts(texts: Iterable[Any], what: str = "texts", *, first_index: int =
     return items
 
 
+def chunks(texts: Iterable[Any], what: str = "texts") -> Iterator[tuple[int, list[str]]]:
+    """(index of first item, validated chunk) pairs; raises TypeError naming the global index of a bad item."""
+    check_sequence(texts, what)
+    iterator = iter(texts)
+    first = 0
+    while chunk := list(itertools.islice(iterator, CHUNK_SIZE)):
+        yield first, check_texts(chunk, what, first_index=first)
+        first += len(chunk)
+
+
 def check_query(query: Any) -> str:
     if not isinstance(query, str):
         raise TypeError(f"query is {type(query).__name__}, expected str.")
@@ -57,7 +72,7 @@ def check_query(query: Any) -> str:
 def check_truncate(truncate: Any) -> Truncate:
     if truncate not in TRUNCATE_MODES:
         raise ValueError(f"truncate={truncate!r} is not one of 'end', 'start', 'error'.")
-    return truncate
+    return cast(Truncate, truncate)
 
 
 def check_dimensions(dimensions: int | None, *, hidden_size: int, matryoshka: bool, model: str) -> int | None:

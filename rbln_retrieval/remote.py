@@ -16,32 +16,32 @@ import logging
 import os
 import random
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import httpx
 import numpy as np
 
-from rbln_retrieval.engine import EngineOptions, _chunks, _ranked
 from rbln_retrieval.errors import ModelNotSupportedError, RBLNRetrievalError
-from rbln_retrieval.families import (
-    QWEN3_DEFAULT_TASK,
-    QWEN3_QUERY_TEMPLATE,
-    QWEN3_RERANKER_PAIR,
-    QWEN3_RERANKER_PREFIX,
-    QWEN3_RERANKER_SUFFIX,
-    ModelFamily,
-    detect_family,
-)
-from rbln_retrieval.inputs import Truncate, check_dimensions, check_query, check_truncate
+from rbln_retrieval.families import ModelFamily, detect_family
+from rbln_retrieval.inputs import Truncate, check_dimensions, check_query, check_truncate, chunks
 from rbln_retrieval.loop import EngineLoop
 from rbln_retrieval.model_source import resolve_model, split_reference
+from rbln_retrieval.options import EngineOptions
+from rbln_retrieval.prompts import (
+    default_instruction,
+    default_query_prompt,
+    embed_prefix,
+    qwen3_reranker_prompts,
+    score_method,
+)
+from rbln_retrieval.ranking import rank
 
 logger = logging.getLogger(__name__)
 
-logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DEFAULT_TIMEOUT = 60.0
 # Read-only route of `rbln-retrieval serve` describing the served model (rbln_retrieval.serve); under /v1, so the
@@ -105,8 +105,8 @@ class RemoteEngine:
         self.truncate = check_truncate(truncate)
         self.options = EngineOptions(**options)
         # Where a hub id's config files come from, for a server that does not describe its model.
-        self._source_args = {"revision": revision, "cache_folder": cache_folder, "token": token,
-                             "local_files_only": local_files_only}
+        self._source_args: dict[str, Any] = {"revision": revision, "cache_folder": cache_folder, "token": token,
+                                             "local_files_only": local_files_only}
         self._replicas = [_Replica(u.rstrip("/")) for u in urls]
         self._api_key = api_key if api_key is not None else os.environ.get("RBLN_API_KEY")
         self._timeout = DEFAULT_TIMEOUT if timeout is None else timeout
@@ -121,9 +121,7 @@ class RemoteEngine:
     @property
     def family(self) -> ModelFamily:
         """The served model's family, read from the server on first use."""
-        if self._family is None:
-            self._run(self._described())
-        return self._family
+        return self._family if self._family is not None else self._run(self._described())
 
     async def _described(self) -> ModelFamily:
         if self._family is None:
@@ -181,9 +179,8 @@ class RemoteEngine:
             architecture="remote",
             hidden_size=0,
             max_length=self.options.max_length or 0,
-            default_instruction=QWEN3_DEFAULT_TASK if wanted in ("qwen3-embedding", "qwen3-reranker") else None,
-            query_prompt=QWEN3_QUERY_TEMPLATE.format(instruction=QWEN3_DEFAULT_TASK) if wanted == "qwen3-embedding"
-            else "",
+            default_instruction=default_instruction(wanted or ""),
+            query_prompt=default_query_prompt(wanted or ""),
             matryoshka=wanted == "qwen3-embedding",
         )
 
@@ -200,11 +197,11 @@ class RemoteEngine:
             self._loop.run(self._client.aclose())
         self._loop.close()
 
-    def _run(self, coro: Any) -> Any:
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         self._reconnect_after_fork()
         return self._loop.run(coro)
 
-    async def _arun(self, coro: Any) -> Any:
+    async def _arun(self, coro: Coroutine[Any, Any, T]) -> T:
         self._reconnect_after_fork()
         return await self._loop.arun(coro)
 
@@ -259,13 +256,13 @@ class RemoteEngine:
     def rerank(self, query: str, documents: Iterable[str], *, top_n: int | None = None,
                instruction: str | None = None, truncate: Truncate | None = None,
                timeout: float | None = None) -> list[tuple[int, float]]:
-        return _ranked(self.score(query, documents, instruction=instruction, truncate=truncate, timeout=timeout),
+        return rank(self.score(query, documents, instruction=instruction, truncate=truncate, timeout=timeout),
                        top_n)
 
     async def arerank(self, query: str, documents: Iterable[str], *, top_n: int | None = None,
                       instruction: str | None = None, truncate: Truncate | None = None,
                       timeout: float | None = None) -> list[tuple[int, float]]:
-        return _ranked(await self.ascore(query, documents, instruction=instruction, truncate=truncate,
+        return rank(await self.ascore(query, documents, instruction=instruction, truncate=truncate,
                                          timeout=timeout), top_n)
 
     # -- implementation (on the client's loop) ------------------------------------------------------------------
@@ -273,7 +270,7 @@ class RemoteEngine:
         return self.truncate if truncate is None else check_truncate(truncate)
 
     @staticmethod
-    async def _call(timeout: float | None, work: Any) -> Any:
+    async def _call(timeout: float | None, work: Coroutine[Any, Any, T]) -> T:
         if timeout is not None and not timeout > 0:
             work.close()
             raise ValueError(f"timeout={timeout!r} must be a positive number of seconds or None.")
@@ -290,20 +287,17 @@ class RemoteEngine:
         # Without a side vLLM truncates inside the tokenizer, which keeps special tokens as local mode does.
         return {"truncate_prompt_tokens": family.max_length}
 
-    async def _embed(self, texts, kind, instruction, dimensions, normalize, truncate, what="texts") -> np.ndarray:
+    async def _embed(self, texts: Iterable[str], kind: str, instruction: str | None, dimensions: int | None,
+                     normalize: bool, truncate: Truncate, what: str = "texts") -> np.ndarray:
         family = await self._described()  # never the sync property here: it would wait on this very loop
-        if family.is_cross_encoder:
-            raise ValueError(f"{self.model} is a reranker ({family.name}); it scores pairs and cannot embed.")
-        if kind not in ("document", "query"):
-            raise ValueError(f"kind={kind!r} is not 'document' or 'query'.")
+        prefix = embed_prefix(family, self.model, kind, instruction)
         if family.hidden_size:
             check_dimensions(dimensions, hidden_size=family.hidden_size, matryoshka=family.matryoshka,
                              model=self.model)
-        prefix = family.query_prefix(instruction) if kind == "query" else family.document_prefix(instruction)
         payload: dict[str, Any] = {"use_activation": normalize, **self._truncation(family, truncate)}
         if dimensions is not None:
             payload["dimensions"] = dimensions
-        prompts = [prefix + t for _, chunk in _chunks(texts, what) for t in chunk]
+        prompts = [prefix + t for _, chunk in chunks(texts, what) for t in chunk]
         if not prompts:
             return np.zeros((0, dimensions or family.hidden_size), dtype=np.float32)
 
@@ -316,21 +310,17 @@ class RemoteEngine:
     async def _score(self, query: str, documents: Iterable[str], instruction: str | None,
                      truncate: Truncate) -> list[float]:
         query = check_query(query)
-        docs = [d for _, chunk in _chunks(documents, "documents") for d in chunk]
+        docs = [d for _, chunk in chunks(documents, "documents") for d in chunk]
         if not docs:
             return []
         family = await self._described()
-        if not family.is_cross_encoder:
+        method = score_method(family, self.model, instruction)
+        if method == "cosine":
             doc_vectors = await self._embed(docs, "document", None, None, True, truncate, what="documents")
             query_vector = (await self._embed([query], "query", instruction, None, True, truncate))[0]
             return [float(s) for s in doc_vectors @ query_vector]
-        if family.name == "qwen3-reranker":
-            task = instruction if instruction is not None else family.default_instruction
-            prompts = [
-                QWEN3_RERANKER_PREFIX + QWEN3_RERANKER_PAIR.format(instruction=task, query=query, document=d)
-                + QWEN3_RERANKER_SUFFIX
-                for d in docs
-            ]
+        if method == "qwen3-reranker":
+            prompts = qwen3_reranker_prompts(family, query, docs, instruction)
 
             async def batch(items: list[str]) -> list[float]:
                 body = {"input": items, "add_special_tokens": False, **self._truncation(family, truncate)}
@@ -338,8 +328,6 @@ class RemoteEngine:
                 return [row["probs"][0] for row in sorted(data, key=lambda row: row["index"])]
 
             return [float(s) for s in await self._batched(prompts, batch)]
-        if instruction is not None:
-            raise ValueError(f"{self.model} is a cross-encoder and takes no instruction; leave instruction unset.")
 
         async def pairs(items: list[str]) -> list[float]:
             body = {"queries": query, "documents": items, **self._truncation(family, truncate)}
@@ -348,7 +336,7 @@ class RemoteEngine:
 
         return [float(s) for s in await self._batched(docs, pairs)]
 
-    async def _batched(self, items: list[Any], call) -> list[Any]:
+    async def _batched(self, items: list[Any], call: Callable[[list[Any]], Awaitable[list[Any]]]) -> list[Any]:
         """Run ``call`` over batches concurrently (spread over replicas) and concatenate in input order."""
         batches = [items[i : i + self._batch_size] for i in range(0, len(items), self._batch_size)]
         try:
@@ -395,7 +383,7 @@ class RemoteEngine:
                     failure = f"{replica.url} answered HTTP {response.status_code}"
                 else:
                     try:
-                        payload = response.json()
+                        payload: dict[str, Any] = response.json()
                         replica.succeeded()
                         return payload
                     except ValueError:

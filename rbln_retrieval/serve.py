@@ -15,10 +15,11 @@ import os
 from typing import Any
 
 from rbln_retrieval.device import resolve_device
-from rbln_retrieval.engine import EngineOptions, _vllm_quiet, resolve_source
 from rbln_retrieval.engine_args import cpu_threads_env, vllm_engine_kwargs
 from rbln_retrieval.families import ModelFamily, check_weights, detect_family
 from rbln_retrieval.model_source import SOURCE_ARGS, ModelSource
+from rbln_retrieval.options import EngineOptions
+from rbln_retrieval.quiet import quiet_vllm
 from rbln_retrieval.remote import DESCRIBE_PATH
 
 
@@ -32,7 +33,7 @@ def _served_model(model: str, options: dict[str, Any]) -> tuple[ModelSource, Eng
     options = dict(options)
     source_args = {name: options.pop(name) for name in SOURCE_ARGS if name in options}
     opts = EngineOptions(**options)
-    source = resolve_source(model, opts, **source_args)
+    source = opts.resolve_source(model, **source_args)
     return source, opts, detect_family(source.path, max_length=opts.max_length, family=opts.family)
 
 
@@ -50,21 +51,9 @@ def server_args(
     source, opts, family = _served_model(model, options)
     check_weights(source.path, allow_pickle=opts.allow_pickle)
     device = resolve_device(opts.device)
-    target = ("rbln" if device == "rbln" else "host") if opts.runner == "bundled" else None
-    kwargs = vllm_engine_kwargs(
-        source.path,
-        family,
-        dtype=opts.dtype,
-        trust_remote_code=opts.trust_remote_code,
-        allow_pickle=opts.allow_pickle,
-        extra=opts.engine_kwargs,
-        runner=opts.runner,
-        target=target or "host",
-        strict_shapes=opts.strict_shapes,
-        device=device,
-        model_key=str(source),
-    )
-    _vllm_quiet()
+    target = opts.target(device)
+    kwargs = vllm_engine_kwargs(source.path, family, opts, device=device, model_key=str(source))
+    quiet_vllm()
     from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 

@@ -19,6 +19,8 @@ from typing import Any, ClassVar, Self
 
 from rbln_retrieval.inputs import check_truncate
 from rbln_retrieval.model_source import ModelSource
+from rbln_retrieval.options import EngineOptions
+from rbln_retrieval.protocol import RetrievalEngine
 
 logger = logging.getLogger(__name__)
 
@@ -39,19 +41,17 @@ class EngineSpec:
         return self.base_url is not None
 
     def key(self) -> tuple[Any, ...]:
-        from rbln_retrieval.engine import EngineOptions
-
         options = EngineOptions(**self.options).model_dump_json()
         if self.remote:
             return ("remote", self.model, self.base_url, self.api_key, options, repr(sorted(self.client.items())))
         path = self.model.path if isinstance(self.model, ModelSource) else self.model
         return ("local", str(Path(path).resolve()), options)
 
-    def start(self) -> Any:
-        if self.remote:
+    def start(self) -> RetrievalEngine:
+        if self.base_url is not None:
             from rbln_retrieval.remote import RemoteEngine
 
-            return RemoteEngine(self.model, base_url=list(self.base_url), api_key=self.api_key, **self.client,
+            return RemoteEngine(str(self.model), base_url=list(self.base_url), api_key=self.api_key, **self.client,
                                 **self.options)
         from rbln_retrieval.engine import PoolingEngine
 
@@ -60,7 +60,7 @@ class EngineSpec:
 
 @dataclass
 class _Entry:
-    engine: Any
+    engine: RetrievalEngine
     claims: int = 0
 
 
@@ -69,7 +69,7 @@ class _Registry:
         self.lock = threading.Lock()
         self.entries: dict[tuple[Any, ...], _Entry] = {}
 
-    def acquire(self, spec: EngineSpec) -> Any:
+    def acquire(self, spec: EngineSpec) -> RetrievalEngine:
         key = spec.key()
         with self.lock:  # engines start one at a time, so equal specs never start two engines
             entry = self.entries.get(key)
@@ -78,7 +78,7 @@ class _Registry:
             entry.claims += 1
             return entry.engine
 
-    def release(self, engine: Any) -> None:
+    def release(self, engine: RetrievalEngine) -> None:
         with self.lock:
             for key, entry in list(self.entries.items()):
                 if entry.engine is engine:
@@ -123,14 +123,14 @@ class EngineHandle:
         self.spec = spec
         self.truncate = check_truncate(truncate)
         self.timeout = timeout
-        self._engine: Any = None
+        self._engine: RetrievalEngine | None = None
         self._pid: int | None = None
         self._closed = False
         if attach:
             self.engine  # noqa: B018 - start (or join) the engine now, so a bad model fails here
 
     @property
-    def engine(self) -> Any:
+    def engine(self) -> RetrievalEngine:
         """The shared engine this handle holds in this process, acquired on first use (again after a fork)."""
         if self._closed:
             raise RuntimeError(f"This handle on {self.spec.model} was closed; get a new one to use the model again.")

@@ -12,12 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rbln_retrieval.families import (
-    QWEN3_RERANKER_PAIR,
-    QWEN3_RERANKER_PREFIX,
-    QWEN3_RERANKER_SUFFIX,
-    ModelFamily,
-)
+from rbln_retrieval.families import ModelFamily
+from rbln_retrieval.prompts import QWEN3_RERANKER_PREFIX, QWEN3_RERANKER_SUFFIX
 
 # Truncation keeps at most max_length tokens: only a window of this many characters per kept token is tokenized,
 # not the whole text (a 1 MB text would hold about 200 MiB of tokenizer state).
@@ -104,17 +100,16 @@ class PromptTokenizer:
             raise ValueError(f"The prompt {prefix!r} alone does not fit in max_length={self.max_length}.")
         offsets = hf(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
         for keep in range(budget, 0, -1):  # re-tokenizing at a cut can merge pieces differently: shrink until it fits
-            ids = hf(prefix + text[offsets[-keep][0] :])["input_ids"]
+            ids: list[int] = hf(prefix + text[offsets[-keep][0] :])["input_ids"]
             if len(ids) <= self.max_length:
                 return ids
-        return hf(prefix)["input_ids"]
+        prompt_only: list[int] = hf(prefix)["input_ids"]
+        return prompt_only
 
     # -- pairs (cross-encoders) ------------------------------------------------------------------------------
     def encode_pairs(
         self, query: str, documents: list[str], truncate: str = "end", *, first_index: int = 0
     ) -> list[Tokens]:
-        if self.family.name == "qwen3-reranker":
-            raise AssertionError("use encode_qwen3_reranker for Qwen3-Reranker")
         queries = [query] * len(documents)
         truncation = truncate != "error"
         enc = self._for(truncate)(
@@ -131,15 +126,13 @@ class PromptTokenizer:
         type_ids = enc.get("token_type_ids") if self.family.uses_token_type_ids else None
         return [Tokens(ids, type_ids[pos] if type_ids else None) for pos, ids in enumerate(enc["input_ids"])]
 
-    def encode_qwen3_reranker(
-        self, query: str, documents: list[str], instruction: str, truncate: str = "end", *, first_index: int = 0
-    ) -> list[Tokens]:
-        """Qwen3-Reranker's own recipe: fixed prefix and suffix tokens around the truncated pair text."""
+    def encode_qwen3_reranker(self, pairs: list[str], truncate: str = "end", *, first_index: int = 0) -> list[Tokens]:
+        """Qwen3-Reranker's own recipe: fixed prefix and suffix tokens around each truncated pair text
+        (rbln_retrieval.prompts.qwen3_reranker_pairs)."""
         hf = self._for(truncate)
         prefix = hf(QWEN3_RERANKER_PREFIX, add_special_tokens=False)["input_ids"]
         suffix = hf(QWEN3_RERANKER_SUFFIX, add_special_tokens=False)["input_ids"]
         budget = self.max_length - len(prefix) - len(suffix)
-        pairs = [QWEN3_RERANKER_PAIR.format(instruction=instruction, query=query, document=d) for d in documents]
         truncation = truncate != "error"
         middles = hf(
             pairs, add_special_tokens=False, truncation=truncation, max_length=budget if truncation else None

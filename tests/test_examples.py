@@ -26,6 +26,8 @@ import remote_client  # noqa: E402
 ANSWERING_PAGES = {"try", "exceptions"}
 SCORE_ROW = re.compile(r"^  (.+?)\s{2,}(-?\d\.\d{4})  (-?\d\.\d{4})$")
 
+pytestmark = pytest.mark.slow
+
 
 def start(script: str, *args: str) -> subprocess.Popen:
     return subprocess.Popen(

@@ -8,7 +8,7 @@ import reference
 from corpus import mixed_length
 
 from rbln_retrieval import PoolingEngine
-from rbln_retrieval.families import QWEN3_DEFAULT_TASK
+from rbln_retrieval.prompts import QWEN3_DEFAULT_TASK
 
 TEXTS = mixed_length(40)
 QUERY = "How are exceptions raised and handled in Python?"

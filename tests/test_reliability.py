@@ -15,7 +15,7 @@ import pytest
 from corpus import passages
 
 from rbln_retrieval import PoolingEngine
-from rbln_retrieval.engine import CHUNK_SIZE
+from rbln_retrieval.inputs import CHUNK_SIZE
 from rbln_retrieval.tokens import PromptTokenizer
 
 ONE_MB = 1 << 20
@@ -108,6 +108,7 @@ def test_ten_thousand_identical_texts_get_ten_thousand_identical_vectors(minilm_
     np.testing.assert_allclose(vectors, np.broadcast_to(minilm_engine.embed([text]), vectors.shape), atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(3600)  # about 5-10 minutes on a loaded 2-core machine
 def test_a_generator_of_100k_texts_is_processed_in_bounded_chunks(minilm_engine):
     n = 100_000

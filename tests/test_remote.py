@@ -13,7 +13,9 @@ from servers import Server
 
 from rbln_retrieval import PoolingEngine, get_engine
 from rbln_retrieval.remote import RemoteAuthError, RemoteEngine, RemoteError
-from rbln_retrieval.testing import HUB_MINILM
+from model_builders import HUB_MINILM
+
+pytestmark = pytest.mark.server
 
 API_KEY = "test-secret-key-5f2a9c"
 QUERY = "How are exceptions raised and handled in Python?"

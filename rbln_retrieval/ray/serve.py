@@ -24,7 +24,8 @@ DEPLOYMENT_NAME = "rbln-retrieval"
 class PoolingServer:
     """One replica: one vLLM engine (on the replica's RBLN NPU, else the CPU) and vLLM's app over it."""
 
-    async def __init__(self, model: str, api_key: str | None, options: dict[str, Any]):
+    async def __init__(self, model: str, api_key: str | None, options: dict[str, Any]):  # type: ignore[misc]
+        # Ray Serve awaits an async constructor: the replica is ready once vLLM's engine is.
         from vllm.entrypoints.launchers.api_server.app_state import init_app_state
         from vllm.entrypoints.launchers.api_server.entry import build_async_engine_client
         from vllm.entrypoints.launchers.app import build_app
@@ -74,7 +75,7 @@ def pooling_app(
         raise ValueError(f"num_replicas={num_replicas!r} must be a positive integer.")
     api_key = api_key or os.environ.get("RBLN_API_KEY")
     scaling = {"autoscaling_config": autoscaling_config} if autoscaling_config else {"num_replicas": num_replicas}
-    deployment = serve.deployment(PoolingServer).options(
+    deployment = serve.deployment(PoolingServer).options(  # type: ignore[attr-defined]  # Ray's stub: a decorator
         name=DEPLOYMENT_NAME,
         ray_actor_options={**engine_resources(num_cpus), **(ray_actor_options or {})},
         **scaling,

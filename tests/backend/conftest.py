@@ -14,7 +14,7 @@ import pytest
 
 from rbln_retrieval import PoolingEngine
 from rbln_retrieval.backend import rbln_runtime
-from rbln_retrieval.testing import minilm_path
+from model_builders import minilm_path
 from npu import STANDIN, rbln_options
 
 SETTINGS = {"max_num_batched_tokens": 1024}

@@ -12,7 +12,7 @@ import pytest
 import reference
 from corpus import mixed_length, passages
 
-from rbln_retrieval.testing import BUILDERS
+from model_builders import BUILDERS
 
 FAMILIES = [*BUILDERS, "all-MiniLM-L6-v2"]
 TEXTS = mixed_length(40)  # one word to thousands (truncated at max_length)

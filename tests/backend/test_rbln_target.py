@@ -21,7 +21,7 @@ from rbln_retrieval.backend.compile import recording_backend
 from rbln_retrieval.backend.config import BundledConfig
 from rbln_retrieval.cli import main
 from rbln_retrieval.errors import DeviceUnavailableError
-from rbln_retrieval.testing import minilm_path
+from model_builders import minilm_path
 
 NO_RUNTIME = "device='rbln' cannot be used: the RBLN runtime is not installed (rebel-compiler, torch-rbln missing)"
 QUERY = "How are exceptions raised and handled in Python?"

@@ -11,6 +11,7 @@ from tqdm.auto import tqdm
 from langchain_rbln._engine import RBLNEngineModel, batches
 from rbln_retrieval import ModelFamily
 from rbln_retrieval.inputs import check_dimensions, check_texts
+from rbln_retrieval.prompts import embed_prefix
 
 
 class RBLNEmbeddings(RBLNEngineModel, Embeddings):
@@ -91,14 +92,12 @@ class RBLNEmbeddings(RBLNEngineModel, Embeddings):
     @property
     def query_prompt(self) -> str:
         """The text placed before every query by `embed_query` (local engine)."""
-        return self.engine.family.query_prefix(self.query_instruction)
+        return embed_prefix(self.engine.family, self.model, "query", self.query_instruction)
 
     @property
     def document_prompt(self) -> str:
         """The text placed before every document by `embed_documents` (local engine)."""
-        if self.document_instruction is None:
-            return self.engine.family.document_prompt
-        return self.document_instruction
+        return embed_prefix(self.engine.family, self.model, "document", self.document_instruction)
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         """Embed documents; one list of Python floats per text, in input order."""

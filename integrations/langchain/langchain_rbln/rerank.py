@@ -11,7 +11,8 @@ from langchain_core.documents import BaseDocumentCompressor, Document
 from pydantic import Field
 
 from langchain_rbln._engine import RBLNEngineModel, batches
-from rbln_retrieval import ModelFamily
+from rbln_retrieval import ModelFamily, rank
+from rbln_retrieval.prompts import score_method
 
 
 class RBLNReranker(RBLNEngineModel, BaseDocumentCompressor):
@@ -61,8 +62,7 @@ class RBLNReranker(RBLNEngineModel, BaseDocumentCompressor):
     bi-encoder (None: the model's own). Plain cross-encoders take none."""
 
     def _check_family(self, family: ModelFamily) -> None:
-        if self.instruction is not None and family.name == "cross-encoder":
-            raise ValueError(f"{self.model} is a cross-encoder and takes no instruction; leave instruction unset.")
+        score_method(family, self.model, self.instruction)  # refuses an instruction the family cannot take
 
     def rerank(
         self, documents: Sequence[str | Document], query: str, top_n: int | None = None
@@ -78,7 +78,7 @@ class RBLNReranker(RBLNEngineModel, BaseDocumentCompressor):
         scores: list[float] = []
         for batch in batches(texts, self.batch_size):
             scores.extend(self.engine.score(query, batch, instruction=self.instruction, **self._call_options()))
-        return _ranked(scores, top_n)
+        return _ranked_dicts(scores, top_n)
 
     async def arerank(
         self, documents: Sequence[str | Document], query: str, top_n: int | None = None
@@ -90,7 +90,7 @@ class RBLNReranker(RBLNEngineModel, BaseDocumentCompressor):
         scores: list[float] = []
         for batch in batches(texts, self.batch_size):
             scores.extend(await self.engine.ascore(query, batch, instruction=self.instruction, **self._call_options()))
-        return _ranked(scores, top_n)
+        return _ranked_dicts(scores, top_n)
 
     def compress_documents(
         self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None
@@ -139,7 +139,5 @@ def _page_contents(documents: Sequence[str | Document], *, strings_allowed: bool
     return texts
 
 
-def _ranked(scores: list[float], top_n: int | None) -> list[dict[str, Any]]:
-    # Ties keep input order, as the engine's own rerank does.
-    order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
-    return [{"index": i, "relevance_score": float(scores[i])} for i in order[:top_n]]
+def _ranked_dicts(scores: list[float], top_n: int | None) -> list[dict[str, Any]]:
+    return [{"index": i, "relevance_score": score} for i, score in rank(scores, top_n)]

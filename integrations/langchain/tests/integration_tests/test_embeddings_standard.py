@@ -8,7 +8,7 @@ import pytest
 from langchain_tests.integration_tests import EmbeddingsIntegrationTests
 
 from langchain_rbln import RBLNEmbeddings
-from rbln_retrieval.testing import minilm_path
+from model_builders import minilm_path
 
 
 class TestRBLNEmbeddingsMiniLM(EmbeddingsIntegrationTests):

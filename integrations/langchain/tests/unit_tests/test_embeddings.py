@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 import langchain_rbln._engine
 from langchain_rbln import RBLNEmbeddings
-from rbln_retrieval.testing import minilm_path
+from model_builders import minilm_path
 
 
 class TestRBLNEmbeddingsStandard(EmbeddingsUnitTests):

@@ -13,7 +13,7 @@ from http_fakes import API_KEY, assert_api_key_hidden
 from langchain_core.documents import Document
 
 from langchain_rbln import RBLNEmbeddings, RBLNReranker
-from rbln_retrieval.testing import HUB_MINILM
+from model_builders import HUB_MINILM
 
 QUERY = "Which planet is red?"
 TEXTS = ["Mars looks red.", "", "Jupiter is big.", "Mars looks red.", "火星は赤い。", "Venus is hot.", "  "]

@@ -12,7 +12,7 @@ from llama_index.core.schema import NodeWithScore, TextNode
 
 from llama_index.postprocessor.rbln_rerank import RBLNReranker
 from rbln_retrieval import PoolingEngine
-from rbln_retrieval.testing import HUB_MINILM
+from model_builders import HUB_MINILM
 
 QUERY = "Which planet is red?"
 TEXTS = ["Mars looks red.", "", "Jupiter is big.", "Mars looks red.", "火星は赤い。", "Venus is hot.", "  "]

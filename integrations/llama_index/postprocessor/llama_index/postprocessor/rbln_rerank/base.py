@@ -14,7 +14,7 @@ from llama_index.core.instrumentation.events.rerank import ReRankEndEvent, ReRan
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
 
-from rbln_retrieval import EngineHolder, get_engine
+from rbln_retrieval import EngineHolder, get_engine, rank
 
 dispatcher = get_dispatcher(__name__)
 
@@ -202,10 +202,8 @@ class RBLNReranker(EngineHolder, BaseNodePostprocessor):
 
     def _select(self, nodes: list[NodeWithScore], scores: list[float]) -> list[NodeWithScore]:
         """New NodeWithScore objects, best first (ties keep retrieval order), after threshold and top_n."""
-        order = sorted(range(len(nodes)), key=lambda i: (-scores[i], i))
-        if self.score_threshold is not None:
-            order = [i for i in order if scores[i] >= self.score_threshold]
-        return [NodeWithScore(node=self._result_node(nodes[i]), score=float(scores[i])) for i in order[: self._top_n]]
+        ranked = [(i, s) for i, s in rank(scores) if self.score_threshold is None or s >= self.score_threshold]
+        return [NodeWithScore(node=self._result_node(nodes[i]), score=s) for i, s in ranked[: self._top_n]]
 
     def _result_node(self, original: NodeWithScore) -> BaseNode:
         if not self.keep_retrieval_score:

@@ -27,7 +27,7 @@ def minilm_path() -> Path:
     return Path(get_model_path())
 
 
-def _save_tokenizer(path: Path, *, drop_token_type_ids: bool = False) -> Any:
+def save_tokenizer(path: Path, *, drop_token_type_ids: bool = False) -> Any:
     from transformers import AutoTokenizer
 
     # A BERT tokenizer on a model without segment embeddings (Qwen3, RoBERTa, XLM-R) would send
@@ -43,7 +43,7 @@ def _write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, indent=2), encoding="utf-8")
 
 
-def _sentence_transformers_files(
+def sentence_transformers_files(
     path: Path,
     pooling: str,
     *,
@@ -109,10 +109,10 @@ def build_bi_encoder(
 
     path = Path(path)
     _seeded(seed)
-    tokenizer = _save_tokenizer(path, drop_token_type_ids=kind != "bert")
+    tokenizer = save_tokenizer(path, drop_token_type_ids=kind != "bert")
     model = AutoModel.from_config(_encoder_config(kind, len(tokenizer), tokenizer.pad_token_id))
     model.save_pretrained(str(path))
-    _sentence_transformers_files(path, pooling, normalize=normalize, prompts=prompts)
+    sentence_transformers_files(path, pooling, normalize=normalize, prompts=prompts)
     return path
 
 
@@ -122,7 +122,7 @@ def build_cross_encoder(path: str | Path, *, kind: str = "bert", seed: int = 0) 
 
     path = Path(path)
     _seeded(seed)
-    tokenizer = _save_tokenizer(path, drop_token_type_ids=kind != "bert")
+    tokenizer = save_tokenizer(path, drop_token_type_ids=kind != "bert")
     config = _encoder_config(kind, len(tokenizer), tokenizer.pad_token_id, num_labels=1)
     AutoModelForSequenceClassification.from_config(config).save_pretrained(str(path))
     return path
@@ -149,14 +149,14 @@ def build_qwen3_embedding(path: str | Path, *, seed: int = 0, query_prompt: str 
     """A Qwen3ForCausalLM checkpoint laid out like Qwen3-Embedding (last-token pooling, normalize, query prompt)."""
     from transformers import Qwen3ForCausalLM
 
-    from rbln_retrieval.families import QWEN3_DEFAULT_TASK, QWEN3_QUERY_TEMPLATE
+    from rbln_retrieval.prompts import QWEN3_DEFAULT_TASK, QWEN3_QUERY_TEMPLATE
 
     path = Path(path)
     _seeded(seed)
-    tokenizer = _save_tokenizer(path, drop_token_type_ids=True)
+    tokenizer = save_tokenizer(path, drop_token_type_ids=True)
     Qwen3ForCausalLM(_qwen3_config(len(tokenizer), tokenizer.pad_token_id)).save_pretrained(str(path))
     query = query_prompt if query_prompt is not None else QWEN3_QUERY_TEMPLATE.format(instruction=QWEN3_DEFAULT_TASK)
-    _sentence_transformers_files(path, "lasttoken", normalize=True, prompts={"query": query, "document": ""})
+    sentence_transformers_files(path, "lasttoken", normalize=True, prompts={"query": query, "document": ""})
     return path
 
 
@@ -166,7 +166,7 @@ def build_qwen3_reranker(path: str | Path, *, seed: int = 0) -> Path:
 
     path = Path(path)
     _seeded(seed)
-    tokenizer = _save_tokenizer(path, drop_token_type_ids=True)
+    tokenizer = save_tokenizer(path, drop_token_type_ids=True)
     Qwen3ForCausalLM(_qwen3_config(len(tokenizer), tokenizer.pad_token_id)).save_pretrained(str(path))
     return path
 

@@ -1,0 +1,87 @@
+"""The contract every engine of this package keeps, local (PoolingEngine) or remote (RemoteEngine), and the claim
+on a shared one (EngineHandle): framework integrations program against it alone."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from rbln_retrieval.families import ModelFamily
+    from rbln_retrieval.inputs import Truncate
+
+
+@runtime_checkable
+class RetrievalEngine(Protocol):
+    """Embeddings, relevance scores and rankings for one model, sync and async.
+
+    ``embed`` returns a float32 array (n, d) with rows in input order; ``score`` one float per document in input
+    order; ``rerank`` (index, score) pairs best first (rbln_retrieval.ranking). ``truncate`` ("end", "start",
+    "error"; None: the object's default) applies per call; a remote engine also takes a per-call ``timeout``."""
+
+    model: str
+
+    @property
+    def family(self) -> ModelFamily: ...
+
+    @property
+    def dimension(self) -> int: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    def embed(
+        self,
+        texts: Iterable[str],
+        *,
+        kind: Literal["document", "query"] = ...,
+        instruction: str | None = ...,
+        dimensions: int | None = ...,
+        normalize: bool = ...,
+        show_progress: bool = ...,
+        truncate: Truncate | None = ...,
+    ) -> np.ndarray: ...
+
+    async def aembed(
+        self,
+        texts: Iterable[str],
+        *,
+        kind: Literal["document", "query"] = ...,
+        instruction: str | None = ...,
+        dimensions: int | None = ...,
+        normalize: bool = ...,
+        show_progress: bool = ...,
+        truncate: Truncate | None = ...,
+    ) -> np.ndarray: ...
+
+    def score(
+        self, query: str, documents: Iterable[str], *, instruction: str | None = ..., truncate: Truncate | None = ...
+    ) -> list[float]: ...
+
+    async def ascore(
+        self, query: str, documents: Iterable[str], *, instruction: str | None = ..., truncate: Truncate | None = ...
+    ) -> list[float]: ...
+
+    def rerank(
+        self,
+        query: str,
+        documents: Iterable[str],
+        *,
+        top_n: int | None = ...,
+        instruction: str | None = ...,
+        truncate: Truncate | None = ...,
+    ) -> list[tuple[int, float]]: ...
+
+    async def arerank(
+        self,
+        query: str,
+        documents: Iterable[str],
+        *,
+        top_n: int | None = ...,
+        instruction: str | None = ...,
+        truncate: Truncate | None = ...,
+    ) -> list[tuple[int, float]]: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,50 @@
+"""Each package's public names, pinned, and what importing the core costs (no vLLM, torch or transformers)."""
+
+from __future__ import annotations
+
+import inspect
+import subprocess
+import sys
+
+import pytest
+
+PUBLIC = {
+    "rbln_retrieval": [
+        "DeviceUnavailableError", "EngineDeadError", "EngineHolder", "EngineOptions", "EngineStartError",
+        "ModelFamily", "ModelNotFoundError", "ModelNotSupportedError", "ModelSource", "PoolingEngine",
+        "RBLNRetrievalError", "RetrievalEngine", "detect_family", "get_engine", "rank", "resolve_model",
+    ],
+    "rbln_retrieval.ray": ["embed_dataset", "engine_resources", "score_dataset"],
+    "langchain_rbln": ["RBLNEmbeddings", "RBLNReranker", "__version__"],
+    "llama_index.embeddings.rbln": ["RBLNEmbedding"],
+    "llama_index.postprocessor.rbln_rerank": ["RBLNReranker"],
+}
+
+
+@pytest.mark.parametrize("package", sorted(PUBLIC))
+def test_public_names_are_pinned(package):
+    module = __import__(package, fromlist=["__all__"])
+    assert sorted(module.__all__) == sorted(PUBLIC[package])
+    for name in module.__all__:
+        assert getattr(module, name) is not None
+
+
+def test_importing_the_core_and_the_integrations_loads_no_engine_library():
+    code = (
+        "import sys, rbln_retrieval, langchain_rbln, llama_index.embeddings.rbln, llama_index.postprocessor.rbln_rerank;"
+        "print(' '.join(m for m in ('vllm', 'torch', 'transformers', 'ray') if m in sys.modules))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert loaded == []
+
+
+@pytest.mark.parametrize("method", ["embed", "aembed", "score", "ascore", "rerank", "arerank"])
+def test_local_and_remote_engines_take_the_same_call_arguments(method):
+    """The remote engine takes every argument of the local one (and adds a per-call timeout)."""
+    from rbln_retrieval import PoolingEngine
+    from rbln_retrieval.remote import RemoteEngine
+
+    local = inspect.signature(getattr(PoolingEngine, method)).parameters
+    remote = inspect.signature(getattr(RemoteEngine, method)).parameters
+    assert [p for p in remote if p != "timeout"] == list(local)
+    assert all(remote[name].default == local[name].default for name in local)
