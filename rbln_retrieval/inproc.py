@@ -24,6 +24,8 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
 from typing import Any
 
+from rbln_retrieval.backend import vllm_compat
+
 logger = logging.getLogger(__name__)
 
 # Held by a step thread around each call into its engine (see the module docstring).
@@ -44,18 +46,11 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 def _shut_down(engine: Any) -> None:
     """vLLM's engine-core shutdown, which also destroys the process's torch.distributed groups: other live
     in-process engines still step through them, so only the last engine's shutdown tears them down."""
-    import vllm.v1.engine.core as core_module
-
     _LIVE.discard(id(engine))
-    if not _LIVE:
+    if _LIVE:
+        vllm_compat.shutdown_keeping_distributed_groups(engine)
+    else:
         engine.engine_core.shutdown()
-        return
-    cleanup = core_module.cleanup_dist_env_and_memory
-    core_module.cleanup_dist_env_and_memory = lambda *args, **kwargs: None
-    try:
-        engine.engine_core.shutdown()
-    finally:
-        core_module.cleanup_dist_env_and_memory = cleanup
 
 
 class InprocEngine:
@@ -82,11 +77,7 @@ class InprocEngine:
         abandoned = threading.Event()
 
         def build() -> Any:
-            from vllm.v1.attention.selector import _cached_get_attn_backend
-
-            # vLLM caches the attention backend per head shape for the whole process, but the bundled platform's
-            # choice also depends on the engine (bundled or stock): choose afresh for this one.
-            _cached_get_attn_backend.cache_clear()
+            vllm_compat.fresh_attention_backend_choice()
             engine = LLMEngine.from_engine_args(engine_args)
             _LIVE.add(id(engine))
             if abandoned.is_set():  # the caller gave up (Ctrl-C) while the engine loaded

