@@ -7,27 +7,17 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
-from llama_index.core.bridge.pydantic import Field, PrivateAttr, SecretStr, field_validator
+from llama_index.core.bridge.pydantic import Field, PrivateAttr, field_validator
 
-from rbln_retrieval import EngineHolder, detect_family, get_engine
+from rbln_retrieval import detect_family
+from rbln_retrieval.settings import ENGINE_SETTINGS, EngineSettings
 
 # One engine call submits a whole batch and vLLM's scheduler packs it into steps, so LlamaIndex's default of 10
 # would leave the steps mostly empty; the same default as langchain-rbln's batch_size.
 DEFAULT_RBLN_EMBED_BATCH_SIZE = 1024
 
-# Passed to rbln_retrieval.get_engine: objects whose values are equal share one engine. They cannot change after
-# construction; every other field is read at each call, so assigning it takes effect.
-ENGINE_FIELDS = ("revision", "cache_folder", "device", "dtype", "max_length", "family", "trust_remote_code",
-                 "allow_pickle", "engine_kwargs", "base_url")
-FROZEN_FIELDS = frozenset({"model_name", "api_key", "hf_token", *ENGINE_FIELDS})
 
-
-def _api_key_from_env() -> SecretStr | None:
-    key = os.environ.get("RBLN_API_KEY")
-    return SecretStr(key) if key else None
-
-
-class RBLNEmbedding(EngineHolder, BaseEmbedding):
+class RBLNEmbedding(EngineSettings, BaseEmbedding):
     """Embeddings from a local model directory, served by rbln-retrieval's pooling engine.
 
     Every model family rbln-retrieval supports works (BERT/RoBERTa/XLM-R bi-encoders, Qwen3-Embedding); pooling,
@@ -45,20 +35,13 @@ class RBLNEmbedding(EngineHolder, BaseEmbedding):
         ```
     """
 
-    _frozen_fields: ClassVar[frozenset[str]] = FROZEN_FIELDS
+    _frozen_fields: ClassVar[frozenset[str]] = ENGINE_SETTINGS | {"model_name"}
 
     model_name: str = Field(
         description=(
             "Hugging Face id ('org/name' or 'org/name@revision', resolved through the Hugging Face cache), a model "
             "directory, or the model's name on a remote server."
         )
-    )
-    device: Literal["auto", "rbln", "cpu"] = Field(
-        default="auto", description="'rbln' needs an RBLN NPU, 'cpu' never uses one, 'auto' picks the NPU if present."
-    )
-    dtype: Literal["auto", "float32", "bfloat16"] = Field(
-        default="auto",
-        description="'auto': bfloat16 matmuls on CPUs with native BF16 (AVX512_BF16 or AMX), else float32.",
     )
     embed_batch_size: int = Field(
         default=DEFAULT_RBLN_EMBED_BATCH_SIZE, gt=0, le=2048, description="Texts per engine call."
@@ -81,42 +64,7 @@ class RBLNEmbedding(EngineHolder, BaseEmbedding):
         default=None,
         description="None applies the model's own document prompt (usually none); a string is the literal prefix.",
     )
-    max_length: int | None = Field(
-        default=None, gt=0, description="Token limit per text; None uses the model's own limit."
-    )
-    truncate: Literal["end", "start", "error"] = Field(
-        default="end",
-        description="Texts over max_length lose their end ('end'), their start ('start'), or raise ('error').",
-    )
-    family: Literal["qwen3-embedding", "qwen3-reranker", "bi-encoder", "cross-encoder"] | None = Field(
-        default=None, description="Model family; None reads it from the model directory or the server."
-    )
-    trust_remote_code: bool = Field(default=False, description="Run code shipped with the model (off by default).")
-    allow_pickle: bool = Field(default=False, description="Load pickle (*.bin) weights; off: safetensors only.")
     show_progress: bool = Field(default=False, description="Show a progress bar per engine call.")
-    engine_kwargs: dict[str, Any] = Field(
-        default_factory=dict, description="Extra vLLM engine arguments for the local engine."
-    )
-    base_url: str | list[str] | None = Field(
-        default=None, description="URL of an rbln-retrieval server (or a list of replicas); None runs locally."
-    )
-    api_key: SecretStr | None = Field(
-        default_factory=_api_key_from_env,
-        exclude=True,
-        description="API key of the server; read from RBLN_API_KEY when not given. Never serialized.",
-    )
-    timeout: float | None = Field(default=None, gt=0, description="Seconds to wait for a remote server.")
-    revision: str | None = Field(
-        default=None, description="Branch, tag or commit of a Hugging Face id (default: main)."
-    )
-    cache_folder: str | None = Field(
-        default=None, description="Hugging Face cache to resolve ids in and download to (default: HF_HUB_CACHE)."
-    )
-    hf_token: SecretStr | None = Field(
-        default=None,
-        exclude=True,
-        description="Hugging Face token for gated or private models; None uses HF_TOKEN. Never serialized.",
-    )
 
     _engine: Any = PrivateAttr(default=None)
 
@@ -129,10 +77,7 @@ class RBLNEmbedding(EngineHolder, BaseEmbedding):
             raise ValueError("RBLNEmbedding needs model_name: a Hugging Face id or a model directory.")
         super().__init__(model_name=model_name, **kwargs)
         # Checked before an engine starts; a remote server checks its own model.
-        api_key = self.api_key.get_secret_value() if self.api_key is not None else None
-        options = {name: getattr(self, name) for name in ENGINE_FIELDS}
-        options["token"] = self.hf_token.get_secret_value() if self.hf_token is not None else None
-        handle = get_engine(self.model_name, api_key=api_key, truncate=self.truncate, attach=False, **options)
+        handle = self._claim(self.model_name)
         if self.base_url is None:  # the resolved snapshot's family, checked before an engine starts
             family = detect_family(handle.spec.model.path, max_length=self.max_length, family=self.family)
             if family.is_cross_encoder:

@@ -5,34 +5,23 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Iterator
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
-from llama_index.core.bridge.pydantic import Field, PrivateAttr, SecretStr, field_validator
+from llama_index.core.bridge.pydantic import Field, PrivateAttr, field_validator
 from llama_index.core.callbacks import CBEventType, EventPayload
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.events.rerank import ReRankEndEvent, ReRankStartEvent
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
 
-from rbln_retrieval import EngineHolder, get_engine, rank
+from rbln_retrieval import rank
+from rbln_retrieval.settings import ENGINE_SETTINGS, EngineSettings
 
 dispatcher = get_dispatcher(__name__)
 
 RETRIEVAL_SCORE_KEY = "retrieval_score"
 
-# Passed to rbln_retrieval.get_engine: objects whose values are equal share one engine. They cannot change after
-# construction; every other field is read at each call, so assigning it takes effect.
-ENGINE_FIELDS = ("revision", "cache_folder", "device", "dtype", "max_length", "family", "trust_remote_code",
-                 "allow_pickle", "engine_kwargs", "base_url")
-FROZEN_FIELDS = frozenset({"model", "api_key", "hf_token", *ENGINE_FIELDS})
-
-
-def _api_key_from_env() -> SecretStr | None:
-    key = os.environ.get("RBLN_API_KEY")
-    return SecretStr(key) if key else None
-
-
-class RBLNReranker(EngineHolder, BaseNodePostprocessor):
+class RBLNReranker(EngineSettings, BaseNodePostprocessor):
     """Rerank retrieved nodes with a cross-encoder, Qwen3-Reranker or bi-encoder served by rbln-retrieval.
 
     Scores are P(relevant) for cross-encoders and Qwen3-Reranker, cosine similarity for bi-encoders. Returns new
@@ -49,7 +38,7 @@ class RBLNReranker(EngineHolder, BaseNodePostprocessor):
         ```
     """
 
-    _frozen_fields: ClassVar[frozenset[str]] = FROZEN_FIELDS
+    _frozen_fields: ClassVar[frozenset[str]] = ENGINE_SETTINGS | {"model"}
 
     model: str = Field(
         description=(
@@ -79,56 +68,14 @@ class RBLNReranker(EngineHolder, BaseNodePostprocessor):
     batch_size: int = Field(
         default=1024, gt=0, description="Nodes per engine call (the engine's scheduler batches within a call)."
     )
-    device: Literal["auto", "rbln", "cpu"] = Field(
-        default="auto", description="'rbln' needs an RBLN NPU, 'cpu' never uses one, 'auto' picks the NPU if present."
-    )
-    dtype: Literal["auto", "float32", "bfloat16"] = Field(
-        default="auto",
-        description="'auto': bfloat16 matmuls on CPUs with native BF16 (AVX512_BF16 or AMX), else float32.",
-    )
-    max_length: int | None = Field(
-        default=None, gt=0, description="Token limit per query + node pair; None uses the model's own limit."
-    )
-    truncate: Literal["end", "start", "error"] = Field(
-        default="end", description="Pairs over max_length are cut ('end' or 'start') or raise ('error')."
-    )
-    family: Literal["qwen3-embedding", "qwen3-reranker", "bi-encoder", "cross-encoder"] | None = Field(
-        default=None, description="Model family; None reads it from the model directory or the server."
-    )
-    trust_remote_code: bool = Field(default=False, description="Run code shipped with the model (off by default).")
-    allow_pickle: bool = Field(default=False, description="Load pickle (*.bin) weights; off: safetensors only.")
-    engine_kwargs: dict[str, Any] = Field(
-        default_factory=dict, description="Extra vLLM engine arguments for the local engine."
-    )
-    base_url: str | list[str] | None = Field(
-        default=None, description="URL of an rbln-retrieval server (or a list of replicas); None runs locally."
-    )
-    api_key: SecretStr | None = Field(
-        default_factory=_api_key_from_env,
-        exclude=True,
-        description="API key of the server; read from RBLN_API_KEY when not given. Never serialized.",
-    )
-    timeout: float | None = Field(default=None, gt=0, description="Seconds to wait for a remote server.")
-    revision: str | None = Field(
-        default=None, description="Branch, tag or commit of a Hugging Face id (default: main)."
-    )
-    cache_folder: str | None = Field(
-        default=None, description="Hugging Face cache to resolve ids in and download to (default: HF_HUB_CACHE)."
-    )
-    hf_token: SecretStr | None = Field(
-        default=None,
-        exclude=True,
-        description="Hugging Face token for gated or private models; None uses HF_TOKEN. Never serialized.",
-    )
 
     _engine: Any = PrivateAttr(default=None)
 
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
-        api_key = self.api_key.get_secret_value() if self.api_key is not None else None
-        options = {name: getattr(self, name) for name in ENGINE_FIELDS}
-        options["token"] = self.hf_token.get_secret_value() if self.hf_token is not None else None
-        self._engine = get_engine(self.model, api_key=api_key, truncate=self.truncate, **options)
+        handle = self._claim(self.model)
+        handle.engine  # noqa: B018 - start (or join) the engine now, so a bad model fails here
+        self._engine = handle
 
 
     @field_validator("model", mode="before")
