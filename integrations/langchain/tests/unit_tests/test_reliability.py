@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from http_fakes import API_KEY, assert_api_key_hidden
 from langchain_core.documents import Document
+from model_builders import HUB_MINILM
 
 from langchain_rbln import RBLNEmbeddings, RBLNReranker
-from model_builders import HUB_MINILM
 
 QUERY = "Which planet is red?"
 TEXTS = ["Mars looks red.", "", "Jupiter is big.", "Mars looks red.", "火星は赤い。", "Venus is hot.", "  "]

@@ -9,10 +9,10 @@ import traceback
 import numpy as np
 import pytest
 from http_fakes import API_KEY, assert_api_key_hidden
+from model_builders import HUB_MINILM, HUB_TINY_RERANKER
 
 from llama_index.embeddings.rbln import RBLNEmbedding
 from rbln_retrieval import ModelNotFoundError, PoolingEngine
-from model_builders import HUB_MINILM, HUB_TINY_RERANKER
 
 TEXTS = ["Mars looks red.", "", "Jupiter is big.", "Mars looks red.", "火星は赤い。", "Venus is hot.", "  "]
 

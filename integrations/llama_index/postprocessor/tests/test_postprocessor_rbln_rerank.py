@@ -16,9 +16,9 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
 
+import rbln_retrieval.settings
 from llama_index.embeddings.rbln import RBLNEmbedding
 from llama_index.postprocessor.rbln_rerank import RBLNReranker
-from llama_index.postprocessor.rbln_rerank import base as rbln_base
 from rbln_retrieval import get_engine
 
 QUERY = "Why does Mars look red?"
@@ -242,11 +242,20 @@ def test_remote_options_reach_get_engine(monkeypatch):
     """Only the pass-through: the remote client itself belongs to rbln_retrieval and is tested there."""
     monkeypatch.setenv("RBLN_API_KEY", "from-env")
     seen = {}
-    monkeypatch.setattr(rbln_base, "get_engine", lambda model, **kw: seen.update(model=model, **kw))
+
+    class Handle:
+        engine = None
+
+    def recording_get_engine(model, **kw):
+        seen.update(model=model, **kw)
+        return Handle()
+
+    monkeypatch.setattr(rbln_retrieval.settings, "get_engine", recording_get_engine)
     replicas = ["http://127.0.0.1:9", "http://127.0.0.1:10"]
     RBLNReranker(model="served-reranker", base_url=replicas, timeout=2.0, dtype="bfloat16", engine_kwargs={"a": 1})
     assert seen == {
         "model": "served-reranker",
+        "attach": False,
         "revision": None,
         "cache_folder": None,
         "token": None,

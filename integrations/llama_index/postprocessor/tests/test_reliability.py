@@ -9,10 +9,10 @@ import math
 import pytest
 from http_fakes import API_KEY, assert_api_key_hidden
 from llama_index.core.schema import NodeWithScore, TextNode
+from model_builders import HUB_MINILM
 
 from llama_index.postprocessor.rbln_rerank import RBLNReranker
 from rbln_retrieval import PoolingEngine
-from model_builders import HUB_MINILM
 
 QUERY = "Which planet is red?"
 TEXTS = ["Mars looks red.", "", "Jupiter is big.", "Mars looks red.", "火星は赤い。", "Venus is hot.", "  "]
