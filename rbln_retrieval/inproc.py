@@ -58,8 +58,8 @@ def _shut_down(engine: Any) -> None:
 
 def _return_freed_memory() -> None:
     """Give a closed engine's memory back to the OS. glibc keeps freed heap pages (weights, step buffers, compiled
-    graphs) in its arenas, so a process that starts and closes engines would otherwise grow by the size of every
-    engine it ever ran (measured: 3.8 GB resident with no engine left, 0.75 GB after this)."""
+    graphs) in its arenas, so a process that starts and closes engines would otherwise stay as large as all the
+    engines it ever ran together."""
     gc.collect()  # vLLM's objects hold reference cycles; free them before trimming
     libc = ctypes.util.find_library("c")
     trim = getattr(ctypes.CDLL(libc), "malloc_trim", None) if libc else None
