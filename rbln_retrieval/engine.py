@@ -8,7 +8,7 @@ import itertools
 import logging
 import os
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Literal, TypeVar
 
 import numpy as np
@@ -23,6 +23,7 @@ from rbln_retrieval.families import FamilyName, ModelFamily, check_weights, dete
 from rbln_retrieval.inputs import Truncate, check_dimensions, check_query, check_sequence, check_texts, check_truncate
 from rbln_retrieval.loop import EngineLoop
 from rbln_retrieval.model_source import SOURCE_ARGS, ModelSource, resolve_model
+from rbln_retrieval.outputs import Output, SpecialTokens, activation, assemble, check_outputs, pooling_tasks
 from rbln_retrieval.shared import EngineHandle, EngineSpec, close_all
 from rbln_retrieval.tokens import PromptTokenizer, Tokens
 
@@ -228,13 +229,16 @@ class PoolingEngine:
         normalize: bool = True,
         show_progress: bool = False,
         truncate: Truncate | None = None,
-    ) -> np.ndarray:
+        output: Output | Sequence[Output] = "dense",
+    ) -> Any:
         """Vectors for ``texts`` as a float32 array of shape (n, d), rows in input order. ``truncate`` (None: this
         object's default) decides what happens to texts over ``max_length``: "end" keeps the start, "start" keeps
-        the end and the prompt, "error" raises naming the index."""
-        return self._loop.run(
-            self._embed(texts, kind, instruction, dimensions, normalize, show_progress, self._truncate(truncate))
-        )
+        the end and the prompt, "error" raises naming the index. ``output`` (bge-m3): "sparse" gives one
+        {token_id: weight} dict per text, "multi_vector" one float32 (tokens, d) array per text; a list of outputs
+        gives {output: result} (dense and sparse from one forward; see rbln_retrieval.outputs)."""
+        return self._loop.run(self._embed_any(
+            texts, kind, instruction, dimensions, normalize, show_progress, self._truncate(truncate), output
+        ))
 
     def score(
         self, query: str, documents: Iterable[str], *, instruction: str | None = None, truncate: Truncate | None = None
@@ -260,10 +264,11 @@ class PoolingEngine:
         normalize: bool = True,
         show_progress: bool = False,
         truncate: Truncate | None = None,
-    ) -> np.ndarray:
-        return await self._loop.arun(
-            self._embed(texts, kind, instruction, dimensions, normalize, show_progress, self._truncate(truncate))
-        )
+        output: Output | Sequence[Output] = "dense",
+    ) -> Any:
+        return await self._loop.arun(self._embed_any(
+            texts, kind, instruction, dimensions, normalize, show_progress, self._truncate(truncate), output
+        ))
 
     async def ascore(
         self, query: str, documents: Iterable[str], *, instruction: str | None = None, truncate: Truncate | None = None
@@ -280,6 +285,34 @@ class PoolingEngine:
         return self.truncate if truncate is None else check_truncate(truncate)
 
     # -- implementation (runs on the engine loop) --------------------------------------------------------------
+    async def _embed_any(self, texts: Iterable[str], kind: str, instruction: str | None, dimensions: int | None,
+                         normalize: bool, show_progress: bool, truncate: Truncate, output: Any) -> Any:
+        if isinstance(output, str) and output == "dense":
+            return await self._embed(texts, kind, instruction, dimensions, normalize, show_progress, truncate)
+        if self.family.is_cross_encoder:
+            raise ValueError(f"{self.model} is a reranker ({self.family.name}); it scores pairs and cannot embed.")
+        outputs = check_outputs(output, family=self.family.name, model=self.model)
+        if dimensions is not None:
+            raise ValueError(f"dimensions applies to dense vectors only; leave it unset with output={output!r}.")
+        prefix = self.family.query_prefix(instruction) if kind == "query" else self.family.document_prefix(instruction)
+        from vllm import PoolingParams
+
+        tasks = {task: PoolingParams(task=task, use_activation=activation(task, normalize))
+                 for task in pooling_tasks(outputs)}
+        special = SpecialTokens.of(self.tokenizer.hf, self.model)
+        raw: dict[str, list[np.ndarray]] = {task: [] for task in tasks}
+        ids: list[list[int]] = []
+        with self._progress(texts, show_progress) as bar:
+            for first, chunk in _chunks(texts):
+                tokens = await _off_loop(chunk, self.tokenizer.encode_texts, chunk, prefix, truncate, first_index=first)
+                ids.extend(t.ids for t in tokens)
+                rows = await asyncio.gather(*(self._encode(tokens, p, None, stack=False) for p in tasks.values()))
+                for task, task_rows in zip(tasks, rows):
+                    raw[task].extend(task_rows)
+                bar.update(len(chunk))
+        parts = assemble(outputs, raw, ids, hidden_size=self.dimension, normalize=normalize, special=special)
+        return parts[output] if isinstance(output, str) else parts
+
     async def _embed(
         self,
         texts: Iterable[str],
@@ -319,7 +352,7 @@ class PoolingEngine:
         query = check_query(query)
         if instruction is not None and not isinstance(instruction, str):
             raise TypeError(f"instruction is {type(instruction).__name__}, expected str or None.")
-        if self.family.name == "bi-encoder" or self.family.name == "qwen3-embedding":
+        if not self.family.is_cross_encoder:
             docs = await self._embed(documents, "document", None, None, True, False, truncate, what="documents")
             if len(docs) == 0:
                 return []
@@ -342,9 +375,10 @@ class PoolingEngine:
             scores.extend(float(row.reshape(-1)[0]) for row in await self._encode(tokens, params, None))
         return scores
 
-    async def _encode(self, tokens: list[Tokens], params: Any, bar: tqdm | None) -> np.ndarray:
+    async def _encode(self, tokens: list[Tokens], params: Any, bar: tqdm | None, stack: bool = True) -> Any:
         """Submit every prompt at once (the scheduler batches them) and return outputs in input order, one row
-        each, as one array (a chunk of rows costs one allocation, not one tensor per row)."""
+        each, as one array (a chunk of rows costs one allocation, not one tensor per row), or as a list of
+        arrays with ``stack=False`` (token-level outputs differ in length)."""
         from vllm.inputs import TokensPrompt
         from vllm.v1.engine.exceptions import EngineDeadError as VLLMEngineDeadError
 
@@ -372,7 +406,8 @@ class PoolingEngine:
             raise EngineDeadError(
                 f"The vLLM engine for {self.model} died while serving this call; the next call starts a new one."
             ) from failure.exceptions[0]
-        return np.stack([task.result() for task in tasks])
+        rows = [task.result() for task in tasks]
+        return np.stack(rows) if stack else rows
 
     async def _running_engine(self) -> Any:
         """The live engine (AsyncLLM or InprocEngine), restarting it first if it died."""
