@@ -9,12 +9,11 @@ forward. vLLM serves one task per request, so dense + sparse cost one forward an
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
-
-import json
 from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
 
@@ -23,8 +22,8 @@ OUTPUTS: tuple[Output, ...] = ("dense", "sparse", "multi_vector")
 # Which outputs a family's checkpoints can give; every embedding family gives dense vectors.
 FAMILY_OUTPUTS: dict[str, tuple[Output, ...]] = {"bge-m3": OUTPUTS}
 _MISSING_HEAD = {
-    "sparse": "a sparse (lexical weight) head",
-    "multi_vector": "a multi-vector (ColBERT) head",
+    "sparse": "sparse (lexical weight) head",
+    "multi_vector": "multi-vector (ColBERT) head",
 }
 
 
@@ -44,6 +43,19 @@ def check_outputs(output: Any, *, family: str, model: str) -> tuple[Output, ...]
     if len(set(names)) != len(names):
         raise ValueError(f"output={list(names)!r} names an output twice.")
     return tuple(names)
+
+
+def check_remote_outputs(output: Any, *, family: str, model: str) -> tuple[Output, ...]:
+    """``check_outputs`` for a RemoteEngine: vLLM 0.32's server answers one pooling task per model (its
+    /pooling route refuses "embed&token_classify" and a server started for "embed" serves no token tasks), so a
+    served model gives dense vectors only."""
+    outputs = check_outputs(output, family=family, model=model)
+    if token_level := [name for name in outputs if name != "dense"]:
+        raise ValueError(
+            f"output={token_level[0]!r} of {model} is not served over HTTP (vLLM's server gives one pooling task "
+            "per model, dense vectors here); compute it with a local PoolingEngine."
+        )
+    return outputs
 
 
 def pooling_tasks(outputs: tuple[Output, ...]) -> list[str]:
@@ -72,8 +84,9 @@ class SpecialTokens:
     @classmethod
     def of(cls, tokenizer: Any, model_dir: str) -> SpecialTokens:
         config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
-        unused = {tokenizer.convert_tokens_to_ids(tokenizer.special_tokens_map[name])
-                  for name in ("cls_token", "eos_token", "pad_token", "unk_token") if name in tokenizer.special_tokens_map}
+        named = tokenizer.special_tokens_map
+        unused = {tokenizer.convert_tokens_to_ids(named[name])
+                  for name in ("cls_token", "eos_token", "pad_token", "unk_token") if name in named}
         return cls(config.get("bos_token_id"), config.get("eos_token_id"), frozenset(unused))
 
 
@@ -120,7 +133,8 @@ def assemble(
     elif "token_classify" in raw:
         result["sparse"] = [lexical_weights(ids, row, special) for ids, row in zip(token_ids, raw["token_classify"])]
     if "token_embed" in raw:
-        result["multi_vector"] = [row.reshape(-1, hidden_size).astype(np.float32, copy=False) for row in raw["token_embed"]]
+        result["multi_vector"] = [row.reshape(-1, hidden_size).astype(np.float32, copy=False)
+                                  for row in raw["token_embed"]]
     return {name: result[name] for name in outputs}
 
 

@@ -16,7 +16,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -38,6 +38,7 @@ from rbln_retrieval.families import (
 from rbln_retrieval.inputs import Truncate, check_dimensions, check_query, check_truncate
 from rbln_retrieval.loop import EngineLoop
 from rbln_retrieval.model_source import resolve_model, split_reference
+from rbln_retrieval.outputs import Output, check_remote_outputs
 
 logger = logging.getLogger(__name__)
 
@@ -236,16 +237,16 @@ class RemoteEngine:
     def embed(self, texts: Iterable[str], *, kind: Literal["document", "query"] = "document",
               instruction: str | None = None, dimensions: int | None = None, normalize: bool = True,
               show_progress: bool = False, truncate: Truncate | None = None,
-              timeout: float | None = None) -> np.ndarray:
+              timeout: float | None = None, output: Output | Sequence[Output] = "dense") -> Any:
         return self._run(self._call(timeout, self._embed(texts, kind, instruction, dimensions, normalize,
-                                                          self._truncate(truncate))))
+                                                          self._truncate(truncate), output=output)))
 
     async def aembed(self, texts: Iterable[str], *, kind: Literal["document", "query"] = "document",
                      instruction: str | None = None, dimensions: int | None = None, normalize: bool = True,
                      show_progress: bool = False, truncate: Truncate | None = None,
-                     timeout: float | None = None) -> np.ndarray:
+                     timeout: float | None = None, output: Output | Sequence[Output] = "dense") -> Any:
         return await self._arun(self._call(timeout, self._embed(texts, kind, instruction, dimensions, normalize,
-                                                                 self._truncate(truncate))))
+                                                                 self._truncate(truncate), output=output)))
 
     def score(self, query: str, documents: Iterable[str], *, instruction: str | None = None,
               truncate: Truncate | None = None, timeout: float | None = None) -> list[float]:
@@ -290,8 +291,12 @@ class RemoteEngine:
         # Without a side vLLM truncates inside the tokenizer, which keeps special tokens as local mode does.
         return {"truncate_prompt_tokens": family.max_length}
 
-    async def _embed(self, texts, kind, instruction, dimensions, normalize, truncate, what="texts") -> np.ndarray:
+    async def _embed(self, texts, kind, instruction, dimensions, normalize, truncate, what="texts",
+                     output: Any = "dense") -> Any:
         family = await self._described()  # never the sync property here: it would wait on this very loop
+        if not (isinstance(output, str) and output == "dense"):
+            outputs = check_remote_outputs(output, family=family.name, model=self.model)
+            return {outputs[0]: await self._embed(texts, kind, instruction, dimensions, normalize, truncate, what)}
         if family.is_cross_encoder:
             raise ValueError(f"{self.model} is a reranker ({family.name}); it scores pairs and cannot embed.")
         if kind not in ("document", "query"):

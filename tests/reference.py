@@ -70,7 +70,8 @@ def qwen3_reranker_scores(path: str, query: str, documents: list[str], *, instru
 
 
 @torch.no_grad()
-def bge_m3(path: str, texts: list[str], *, max_length: int) -> tuple[np.ndarray, list[dict[int, float]], list[np.ndarray]]:
+def bge_m3(path: str, texts: list[str], *, max_length: int
+           ) -> tuple[np.ndarray, list[dict[int, float]], list[np.ndarray]]:
     """Dense, sparse and multi-vector outputs as FlagEmbedding's BGEM3 computes them, one text at a time: dense is
     the normalized CLS row; sparse is relu(sparse_linear(h)) per token, cls/eos/pad/unk and zero weights left out,
     the largest weight kept per token id; multi-vector is colbert_linear(h) of every token but the first, each row

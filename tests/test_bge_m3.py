@@ -7,9 +7,11 @@ import numpy as np
 import pytest
 import reference
 from corpus import mixed_length
+from http_fakes import FakeServer
 
 from rbln_retrieval import PoolingEngine
-from rbln_retrieval.outputs import lexical_weights, SpecialTokens
+from rbln_retrieval.outputs import SpecialTokens, lexical_weights
+from rbln_retrieval.remote import RemoteEngine
 
 # A repeated word exercises "the largest weight per token id".
 TEXTS = ["the cat sat on the mat, the end", *mixed_length(24)]
@@ -100,6 +102,20 @@ def test_a_directory_with_only_one_head_is_a_plain_bi_encoder(tiny_models, tmp_p
     (partial / "colbert_linear.pt").unlink()
     assert detect_family(partial).name == "bi-encoder"
     assert "architectures" not in detect_family(partial).hf_overrides
-    with pytest.raises(ModelNotSupportedError, match="is not a bge-m3 checkpoint: it lacks colbert_linear.pt"):
+    with pytest.raises(ModelNotSupportedError, match=r"is not a bge-m3 checkpoint: it lacks colbert_linear\.pt"):
         detect_family(partial, family="bge-m3")
     assert detect_family(tiny_models["bge-m3"]).hf_overrides["architectures"] == ["BgeM3EmbeddingModel"]
+
+
+def test_remote_engines_say_token_outputs_are_local_only(tiny_models, minilm):
+    """vLLM's server gives one pooling task per model: the client refuses sparse and multi-vector outputs in one
+    sentence before sending anything (the fake server would fail any request)."""
+    with FakeServer("500") as server:
+        with RemoteEngine(str(tiny_models["bge-m3"]), base_url=server.url) as remote:
+            for output in ("sparse", ["dense", "multi_vector"]):
+                with pytest.raises(ValueError, match=r"is not served over HTTP .* with a local PoolingEngine"):
+                    remote.embed(["a"], output=output)
+        with RemoteEngine(str(minilm), base_url=server.url) as remote:
+            with pytest.raises(ValueError, match=r"has no sparse .* so it cannot give output='sparse'"):
+                remote.embed(["a"], output="sparse")
+    assert server.posts == []
