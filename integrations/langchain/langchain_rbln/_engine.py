@@ -60,7 +60,7 @@ class RBLNEngineModel(EngineHolder, BaseModel):
     """What happens to inputs over `max_length`: cut at the end, cut at the start, or raise an error. Applied per
     call: objects differing only in it share one engine."""
 
-    family: Literal["qwen3-embedding", "qwen3-reranker", "bi-encoder", "cross-encoder"] | None = None
+    family: Literal["qwen3-embedding", "qwen3-reranker", "bi-encoder", "cross-encoder", "bge-m3"] | None = None
     """The model family; None reads it from the model directory (or, remote, from the server's description)."""
 
     trust_remote_code: bool = False

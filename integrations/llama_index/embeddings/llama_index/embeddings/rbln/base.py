@@ -88,7 +88,7 @@ class RBLNEmbedding(EngineHolder, BaseEmbedding):
         default="end",
         description="Texts over max_length lose their end ('end'), their start ('start'), or raise ('error').",
     )
-    family: Literal["qwen3-embedding", "qwen3-reranker", "bi-encoder", "cross-encoder"] | None = Field(
+    family: Literal["qwen3-embedding", "qwen3-reranker", "bi-encoder", "cross-encoder", "bge-m3"] | None = Field(
         default=None, description="Model family; None reads it from the model directory or the server."
     )
     trust_remote_code: bool = Field(default=False, description="Run code shipped with the model (off by default).")

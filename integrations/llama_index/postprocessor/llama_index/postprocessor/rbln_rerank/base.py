@@ -92,7 +92,7 @@ class RBLNReranker(EngineHolder, BaseNodePostprocessor):
     truncate: Literal["end", "start", "error"] = Field(
         default="end", description="Pairs over max_length are cut ('end' or 'start') or raise ('error')."
     )
-    family: Literal["qwen3-embedding", "qwen3-reranker", "bi-encoder", "cross-encoder"] | None = Field(
+    family: Literal["qwen3-embedding", "qwen3-reranker", "bi-encoder", "cross-encoder", "bge-m3"] | None = Field(
         default=None, description="Model family; None reads it from the model directory or the server."
     )
     trust_remote_code: bool = Field(default=False, description="Run code shipped with the model (off by default).")
