@@ -23,7 +23,16 @@ from rbln_retrieval.families import FamilyName, ModelFamily, check_weights, dete
 from rbln_retrieval.inputs import Truncate, check_dimensions, check_query, check_sequence, check_texts, check_truncate
 from rbln_retrieval.loop import EngineLoop
 from rbln_retrieval.model_source import SOURCE_ARGS, ModelSource, resolve_model
-from rbln_retrieval.outputs import Output, SpecialTokens, activation, assemble, check_outputs, pooling_tasks
+from rbln_retrieval.outputs import (
+    Output,
+    SpecialTokens,
+    activation,
+    assemble,
+    check_outputs,
+    maxsim,
+    npu_note,
+    pooling_tasks,
+)
 from rbln_retrieval.shared import EngineHandle, EngineSpec, close_all
 from rbln_retrieval.tokens import PromptTokenizer, Tokens
 
@@ -179,6 +188,8 @@ class PoolingEngine:
                 str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             )
             raise EngineStartError(f"vLLM could not start an engine for {self.model}: {reason}") from exc
+        if target == "rbln" and (note := npu_note(self.family.name, self.model)):
+            logger.warning(note)
 
     def close(self) -> None:
         """Shut the engine down and free its memory; the object cannot be used afterwards."""
@@ -241,17 +252,19 @@ class PoolingEngine:
         ))
 
     def score(
-        self, query: str, documents: Iterable[str], *, instruction: str | None = None, truncate: Truncate | None = None
+        self, query: str, documents: Iterable[str], *, instruction: str | None = None, truncate: Truncate | None = None,
+        output: Literal["dense", "multi_vector"] = "dense",
     ) -> list[float]:
-        """Relevance of each document to ``query``: P(relevant) for rerankers, cosine for bi-encoders."""
-        return self._loop.run(self._score(query, documents, instruction, self._truncate(truncate)))
+        """Relevance of each document to ``query``: P(relevant) for rerankers, cosine for bi-encoders; with
+        ``output="multi_vector"`` (bge-m3) late interaction, MaxSim over the multi-vectors."""
+        return self._loop.run(self._score(query, documents, instruction, self._truncate(truncate), output))
 
     def rerank(
         self, query: str, documents: Iterable[str], *, top_n: int | None = None, instruction: str | None = None,
-        truncate: Truncate | None = None,
+        truncate: Truncate | None = None, output: Literal["dense", "multi_vector"] = "dense",
     ) -> list[tuple[int, float]]:
         """(index, score) pairs, best first; ``top_n`` None keeps all, 0 or less returns []."""
-        return _ranked(self.score(query, documents, instruction=instruction, truncate=truncate), top_n)
+        return _ranked(self.score(query, documents, instruction=instruction, truncate=truncate, output=output), top_n)
 
     # -- public async API --------------------------------------------------------------------------------------
     async def aembed(
@@ -271,24 +284,27 @@ class PoolingEngine:
         ))
 
     async def ascore(
-        self, query: str, documents: Iterable[str], *, instruction: str | None = None, truncate: Truncate | None = None
+        self, query: str, documents: Iterable[str], *, instruction: str | None = None, truncate: Truncate | None = None,
+        output: Literal["dense", "multi_vector"] = "dense",
     ) -> list[float]:
-        return await self._loop.arun(self._score(query, documents, instruction, self._truncate(truncate)))
+        return await self._loop.arun(self._score(query, documents, instruction, self._truncate(truncate), output))
 
     async def arerank(
         self, query: str, documents: Iterable[str], *, top_n: int | None = None, instruction: str | None = None,
-        truncate: Truncate | None = None,
+        truncate: Truncate | None = None, output: Literal["dense", "multi_vector"] = "dense",
     ) -> list[tuple[int, float]]:
-        return _ranked(await self.ascore(query, documents, instruction=instruction, truncate=truncate), top_n)
+        scores = await self.ascore(query, documents, instruction=instruction, truncate=truncate, output=output)
+        return _ranked(scores, top_n)
 
     def _truncate(self, truncate: str | None) -> Truncate:
         return self.truncate if truncate is None else check_truncate(truncate)
 
     # -- implementation (runs on the engine loop) --------------------------------------------------------------
     async def _embed_any(self, texts: Iterable[str], kind: str, instruction: str | None, dimensions: int | None,
-                         normalize: bool, show_progress: bool, truncate: Truncate, output: Any) -> Any:
+                         normalize: bool, show_progress: bool, truncate: Truncate, output: Any,
+                         what: str = "texts") -> Any:
         if isinstance(output, str) and output == "dense":
-            return await self._embed(texts, kind, instruction, dimensions, normalize, show_progress, truncate)
+            return await self._embed(texts, kind, instruction, dimensions, normalize, show_progress, truncate, what)
         if self.family.is_cross_encoder:
             raise ValueError(f"{self.model} is a reranker ({self.family.name}); it scores pairs and cannot embed.")
         outputs = check_outputs(output, family=self.family.name, model=self.model)
@@ -303,7 +319,7 @@ class PoolingEngine:
         raw: dict[str, list[np.ndarray]] = {task: [] for task in tasks}
         ids: list[list[int]] = []
         with self._progress(texts, show_progress) as bar:
-            for first, chunk in _chunks(texts):
+            for first, chunk in _chunks(texts, what):
                 tokens = await _off_loop(chunk, self.tokenizer.encode_texts, chunk, prefix, truncate, first_index=first)
                 ids.extend(t.ids for t in tokens)
                 rows = await asyncio.gather(*(self._encode(tokens, p, None, stack=False) for p in tasks.values()))
@@ -347,11 +363,20 @@ class PoolingEngine:
         return np.stack(rows).astype(np.float32, copy=False)
 
     async def _score(
-        self, query: str, documents: Iterable[str], instruction: str | None, truncate: Truncate
+        self, query: str, documents: Iterable[str], instruction: str | None, truncate: Truncate, output: str = "dense"
     ) -> list[float]:
         query = check_query(query)
         if instruction is not None and not isinstance(instruction, str):
             raise TypeError(f"instruction is {type(instruction).__name__}, expected str or None.")
+        if output not in ("dense", "multi_vector"):
+            raise ValueError(f"score takes output='dense' or 'multi_vector', not {output!r}.")
+        if output == "multi_vector":
+            check_outputs(output, family=self.family.name, model=self.model)
+            docs = await self._embed_any(documents, "document", None, None, True, False, truncate, output, "documents")
+            if not docs:
+                return []
+            (q,) = await self._embed_any([query], "query", instruction, None, True, False, truncate, output)
+            return [maxsim(q, d) for d in docs]
         if not self.family.is_cross_encoder:
             docs = await self._embed(documents, "document", None, None, True, False, truncate, what="documents")
             if len(docs) == 0:

@@ -45,6 +45,14 @@ def check_outputs(output: Any, *, family: str, model: str) -> tuple[Output, ...]
     return tuple(names)
 
 
+def npu_note(family: str, model: str) -> str | None:
+    """What the bundled runner on the NPU does with this family's token-level outputs, for the engine's start."""
+    if len(FAMILY_OUTPUTS.get(family, ("dense",))) == 1:
+        return None
+    return (f"{model}: dense vectors are pooled inside the NPU graph; sparse and multi-vector outputs are pooled by "
+            "vLLM's pooler on the host from the graph's hidden states.")
+
+
 def check_remote_outputs(output: Any, *, family: str, model: str) -> tuple[Output, ...]:
     """``check_outputs`` for a RemoteEngine: vLLM 0.32's server answers one pooling task per model (its
     /pooling route refuses "embed&token_classify" and a server started for "embed" serves no token tasks), so a
@@ -102,6 +110,14 @@ def lexical_weights(ids: list[int], weights: np.ndarray, special: SpecialTokens)
         if token not in special.unused and weight > 0 and weight > result.get(token, 0.0):
             result[token] = weight
     return result
+
+
+def maxsim(query: np.ndarray, document: np.ndarray) -> float:
+    """Late-interaction relevance as bge-m3's ``colbert_score``: each query vector's best dot product with any
+    document vector, averaged over the query vectors."""
+    if len(query) == 0 or len(document) == 0:
+        return 0.0
+    return float((query @ document.T).max(axis=1).mean())
 
 
 def normalized(rows: np.ndarray) -> np.ndarray:

@@ -249,13 +249,16 @@ class RemoteEngine:
                                                                  self._truncate(truncate), output=output)))
 
     def score(self, query: str, documents: Iterable[str], *, instruction: str | None = None,
-              truncate: Truncate | None = None, timeout: float | None = None) -> list[float]:
-        return self._run(self._call(timeout, self._score(query, documents, instruction, self._truncate(truncate))))
+              truncate: Truncate | None = None, timeout: float | None = None,
+              output: Literal["dense", "multi_vector"] = "dense") -> list[float]:
+        return self._run(self._call(timeout, self._score(query, documents, instruction, self._truncate(truncate),
+                                                          output)))
 
     async def ascore(self, query: str, documents: Iterable[str], *, instruction: str | None = None,
-                     truncate: Truncate | None = None, timeout: float | None = None) -> list[float]:
+                     truncate: Truncate | None = None, timeout: float | None = None,
+                     output: Literal["dense", "multi_vector"] = "dense") -> list[float]:
         return await self._arun(self._call(timeout, self._score(query, documents, instruction,
-                                                                 self._truncate(truncate))))
+                                                                 self._truncate(truncate), output)))
 
     def rerank(self, query: str, documents: Iterable[str], *, top_n: int | None = None,
                instruction: str | None = None, truncate: Truncate | None = None,
@@ -319,7 +322,9 @@ class RemoteEngine:
         return np.asarray(await self._batched(prompts, batch), dtype=np.float32)
 
     async def _score(self, query: str, documents: Iterable[str], instruction: str | None,
-                     truncate: Truncate) -> list[float]:
+                     truncate: Truncate, output: str = "dense") -> list[float]:
+        if output != "dense":  # late interaction needs multi-vectors, which the server does not give
+            check_remote_outputs(output, family=(await self._described()).name, model=self.model)
         query = check_query(query)
         docs = [d for _, chunk in _chunks(documents, "documents") for d in chunk]
         if not docs:

@@ -96,3 +96,10 @@ def bge_m3(path: str, texts: list[str], *, max_length: int
         sparse.append(lexical)
         multi.append(torch.nn.functional.normalize(colbert_linear(h[1:]), dim=-1).numpy())
     return np.stack(dense), sparse, multi
+
+
+def colbert_score(query: np.ndarray, document: np.ndarray) -> float:
+    """FlagEmbedding's BGEM3 ``colbert_score``: the sum over query vectors of their best dot product with any
+    document vector, divided by the number of query vectors."""
+    q, p = torch.from_numpy(query), torch.from_numpy(document)
+    return (torch.einsum("in,jn->ij", q, p).max(-1).values.sum() / q.size(0)).item()

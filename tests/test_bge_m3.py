@@ -83,6 +83,19 @@ def test_empty_input_and_scores(bge_m3, expected):
     assert engine.score(TEXTS[0], TEXTS[1:4]) == pytest.approx(list(dense[1:4] @ dense[0]), abs=TOLERANCE)
 
 
+def test_late_interaction_scores_are_colbert_scores(bge_m3, expected):
+    path, engine = bge_m3
+    _, _, multi = expected
+    query = reference.bge_m3(str(path), [TEXTS[0]], max_length=512)[2][0]
+    want = [reference.colbert_score(query, d) for d in multi[1:8]]
+    assert engine.score(TEXTS[0], TEXTS[1:8], output="multi_vector") == pytest.approx(want, abs=TOLERANCE)
+    ranked = engine.rerank(TEXTS[0], TEXTS[1:8], top_n=3, output="multi_vector")
+    assert [i for i, _ in ranked] == sorted(range(7), key=lambda i: -want[i])[:3]
+    assert engine.score(TEXTS[0], [], output="multi_vector") == []
+    with pytest.raises(ValueError, match="score takes output='dense' or 'multi_vector', not 'sparse'"):
+        engine.score(TEXTS[0], TEXTS[1:3], output="sparse")
+
+
 def test_lexical_weights_follow_bge_m3_rules():
     special = SpecialTokens(bos=0, eos=2, unused=frozenset({0, 1, 2, 3}))
     # vLLM sends one weight per token between bos and eos.
@@ -115,7 +128,11 @@ def test_remote_engines_say_token_outputs_are_local_only(tiny_models, minilm):
             for output in ("sparse", ["dense", "multi_vector"]):
                 with pytest.raises(ValueError, match=r"is not served over HTTP .* with a local PoolingEngine"):
                     remote.embed(["a"], output=output)
+            with pytest.raises(ValueError, match=r"output='multi_vector' .* is not served over HTTP"):
+                remote.score("q", ["a"], output="multi_vector")
         with RemoteEngine(str(minilm), base_url=server.url) as remote:
             with pytest.raises(ValueError, match=r"has no sparse .* so it cannot give output='sparse'"):
                 remote.embed(["a"], output="sparse")
+            with pytest.raises(ValueError, match=r"has no multi-vector \(ColBERT\) head"):
+                remote.score("q", ["a"], output="multi_vector")
     assert server.posts == []

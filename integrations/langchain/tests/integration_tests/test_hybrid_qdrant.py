@@ -15,7 +15,7 @@ from langchain_qdrant import QdrantVectorStore, RetrievalMode
 from langchain_qdrant.sparse_embeddings import SparseVector
 from qdrant_client.hybrid.fusion import DEFAULT_RANKING_CONSTANT_K
 
-from langchain_rbln import RBLNEmbeddings, RBLNSparseEmbeddings
+from langchain_rbln import RBLNEmbeddings, RBLNReranker, RBLNSparseEmbeddings
 
 CPU = {"device": "cpu", "dtype": "float32"}
 CORPUS = json.loads((Path(__file__).parent / "data" / "corpus.json").read_text(encoding="utf-8"))
@@ -89,3 +89,14 @@ def test_qdrant_local_mode_ranks_as_the_engine_vectors_say(bge_m3, mode, tmp_pat
     if mode == RetrievalMode.HYBRID:  # a document's own text is first on both sides, so first after fusion
         assert store.similarity_search(TEXTS[3], k=1)[0].page_content == TEXTS[3]
     store.client.close()
+
+
+def test_reranker_with_late_interaction_ranks_by_maxsim(bge_m3, tiny_model, minilm):
+    dense, _ = bge_m3
+    with RBLNReranker(model=tiny_model("bge-m3"), late_interaction=True, top_n=3, **CPU) as reranker:
+        ranked = reranker.rerank(TEXTS[1:9], TEXTS[0])
+    scores = dense.engine.score(TEXTS[0], TEXTS[1:9], output="multi_vector")
+    assert [r["index"] for r in ranked] == _top(scores, 3)
+    assert [r["relevance_score"] for r in ranked] == pytest.approx(sorted(scores, reverse=True)[:3], abs=1e-6)
+    with pytest.raises(ValueError, match=r"has no multi-vector \(ColBERT\) head \(family bi-encoder\)"):
+        RBLNReranker(model=minilm, late_interaction=True, **CPU)
