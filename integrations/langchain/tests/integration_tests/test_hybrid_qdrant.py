@@ -94,7 +94,7 @@ def test_qdrant_local_mode_ranks_as_the_engine_vectors_say(bge_m3, mode, tmp_pat
 def test_reranker_with_late_interaction_ranks_by_maxsim(bge_m3, tiny_model, minilm):
     dense, _ = bge_m3
     with RBLNReranker(model=tiny_model("bge-m3"), late_interaction=True, top_n=3, **CPU) as reranker:
-        ranked = reranker.rerank(TEXTS[1:9], TEXTS[0])
+        ranked = reranker.rerank(TEXTS[1:9], TEXTS[0], top_n=3)
     scores = dense.engine.score(TEXTS[0], TEXTS[1:9], output="multi_vector")
     assert [r["index"] for r in ranked] == _top(scores, 3)
     assert [r["relevance_score"] for r in ranked] == pytest.approx(sorted(scores, reverse=True)[:3], abs=1e-6)
