@@ -21,6 +21,18 @@ from model_builders import BUILDERS, minilm_path  # noqa: E402
 QUERY = "How are exceptions raised and handled in Python?"
 
 
+def bge_m3_differences(engine: PoolingEngine, path: str, texts: list[str]) -> dict[str, float]:
+    """Max abs differences of bge-m3's dense, sparse (a token missing on one side weighs 0) and multi-vector
+    outputs from FlagEmbedding's recipe."""
+    dense, sparse, multi = reference.bge_m3(path, texts, max_length=512)
+    got = engine.embed(texts, output=["dense", "sparse", "multi_vector"])
+    return {
+        "dense": float(np.abs(got["dense"] - dense).max()),
+        "sparse": max(abs(a.get(t, 0.0) - b.get(t, 0.0)) for a, b in zip(got["sparse"], sparse) for t in {*a, *b}),
+        "multi_vector": max(float(np.abs(a - b).max()) for a, b in zip(got["multi_vector"], multi)),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runner", default="bundled")
@@ -44,6 +56,10 @@ def main() -> None:
                     got = engine.score(QUERY, texts)
                     want = reference.qwen3_reranker_scores(path, QUERY, texts, instruction=QWEN3_DEFAULT_TASK,
                                                            max_length=512)
+                elif engine.family.name == "bge-m3":
+                    for output, diff in bge_m3_differences(engine, path, texts).items():
+                        print(f"{name + ' ' + output:28s} max abs diff vs FlagEmbedding recipe: {diff:.2e}")
+                    continue
                 elif engine.family.is_cross_encoder:
                     got, want = engine.score(QUERY, texts), reference.cross_encoder_scores(path, QUERY, texts,
                                                                                            max_length=512)

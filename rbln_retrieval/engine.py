@@ -7,7 +7,7 @@ import asyncio
 import logging
 import os
 import uuid
-from collections.abc import Callable, Iterable, Sized
+from collections.abc import Callable, Iterable, Sequence, Sized
 from typing import Any, Literal, TypeVar
 
 import numpy as np
@@ -22,6 +22,16 @@ from rbln_retrieval.inputs import Truncate, check_dimensions, check_query, check
 from rbln_retrieval.loop import EngineLoop
 from rbln_retrieval.model_source import SOURCE_ARGS, ModelSource
 from rbln_retrieval.options import EngineOptions
+from rbln_retrieval.outputs import (
+    Output,
+    SpecialTokens,
+    activation,
+    assemble,
+    check_outputs,
+    maxsim,
+    npu_note,
+    pooling_tasks,
+)
 from rbln_retrieval.prompts import embed_prefix, qwen3_reranker_pairs, score_method
 from rbln_retrieval.quiet import quiet_vllm
 from rbln_retrieval.ranking import rank
@@ -135,6 +145,8 @@ class PoolingEngine:
                 str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             )
             raise EngineStartError(f"vLLM could not start an engine for {self.model}: {reason}") from exc
+        if target == "rbln" and (note := npu_note(self.family.name, self.model)):
+            logger.warning(note)
 
     def close(self) -> None:
         """Shut the engine down and free its memory; the object cannot be used afterwards."""
@@ -185,26 +197,31 @@ class PoolingEngine:
         normalize: bool = True,
         show_progress: bool = False,
         truncate: Truncate | None = None,
-    ) -> np.ndarray:
+        output: Output | Sequence[Output] = "dense",
+    ) -> Any:
         """Vectors for ``texts`` as a float32 array of shape (n, d), rows in input order. ``truncate`` (None: this
         object's default) decides what happens to texts over ``max_length``: "end" keeps the start, "start" keeps
-        the end and the prompt, "error" raises naming the index."""
-        return self._loop.run(
-            self._embed(texts, kind, instruction, dimensions, normalize, show_progress, self._truncate(truncate))
-        )
+        the end and the prompt, "error" raises naming the index. ``output`` (bge-m3): "sparse" gives one
+        {token_id: weight} dict per text, "multi_vector" one float32 (tokens, d) array per text; a list of outputs
+        gives {output: result} (dense and sparse from one forward; see rbln_retrieval.outputs)."""
+        return self._loop.run(self._embed_any(
+            texts, kind, instruction, dimensions, normalize, show_progress, self._truncate(truncate), output
+        ))
 
     def score(
-        self, query: str, documents: Iterable[str], *, instruction: str | None = None, truncate: Truncate | None = None
+        self, query: str, documents: Iterable[str], *, instruction: str | None = None, truncate: Truncate | None = None,
+        output: Literal["dense", "multi_vector"] = "dense",
     ) -> list[float]:
-        """Relevance of each document to ``query``: P(relevant) for rerankers, cosine for bi-encoders."""
-        return self._loop.run(self._score(query, documents, instruction, self._truncate(truncate)))
+        """Relevance of each document to ``query``: P(relevant) for rerankers, cosine for bi-encoders; with
+        ``output="multi_vector"`` (bge-m3) late interaction, MaxSim over the multi-vectors."""
+        return self._loop.run(self._score(query, documents, instruction, self._truncate(truncate), output))
 
     def rerank(
         self, query: str, documents: Iterable[str], *, top_n: int | None = None, instruction: str | None = None,
-        truncate: Truncate | None = None,
+        truncate: Truncate | None = None, output: Literal["dense", "multi_vector"] = "dense",
     ) -> list[tuple[int, float]]:
         """(index, score) pairs, best first; ``top_n`` None keeps all, 0 or less returns []."""
-        return rank(self.score(query, documents, instruction=instruction, truncate=truncate), top_n)
+        return rank(self.score(query, documents, instruction=instruction, truncate=truncate, output=output), top_n)
 
     # -- public async API --------------------------------------------------------------------------------------
     async def aembed(
@@ -217,26 +234,56 @@ class PoolingEngine:
         normalize: bool = True,
         show_progress: bool = False,
         truncate: Truncate | None = None,
-    ) -> np.ndarray:
-        return await self._loop.arun(
-            self._embed(texts, kind, instruction, dimensions, normalize, show_progress, self._truncate(truncate))
-        )
+        output: Output | Sequence[Output] = "dense",
+    ) -> Any:
+        return await self._loop.arun(self._embed_any(
+            texts, kind, instruction, dimensions, normalize, show_progress, self._truncate(truncate), output
+        ))
 
     async def ascore(
-        self, query: str, documents: Iterable[str], *, instruction: str | None = None, truncate: Truncate | None = None
+        self, query: str, documents: Iterable[str], *, instruction: str | None = None, truncate: Truncate | None = None,
+        output: Literal["dense", "multi_vector"] = "dense",
     ) -> list[float]:
-        return await self._loop.arun(self._score(query, documents, instruction, self._truncate(truncate)))
+        return await self._loop.arun(self._score(query, documents, instruction, self._truncate(truncate), output))
 
     async def arerank(
         self, query: str, documents: Iterable[str], *, top_n: int | None = None, instruction: str | None = None,
-        truncate: Truncate | None = None,
+        truncate: Truncate | None = None, output: Literal["dense", "multi_vector"] = "dense",
     ) -> list[tuple[int, float]]:
-        return rank(await self.ascore(query, documents, instruction=instruction, truncate=truncate), top_n)
+        scores = await self.ascore(query, documents, instruction=instruction, truncate=truncate, output=output)
+        return rank(scores, top_n)
 
     def _truncate(self, truncate: str | None) -> Truncate:
         return self.truncate if truncate is None else check_truncate(truncate)
 
     # -- implementation (runs on the engine loop) --------------------------------------------------------------
+    async def _embed_any(self, texts: Iterable[str], kind: str, instruction: str | None, dimensions: int | None,
+                         normalize: bool, show_progress: bool, truncate: Truncate, output: Any,
+                         what: str = "texts") -> Any:
+        if isinstance(output, str) and output == "dense":
+            return await self._embed(texts, kind, instruction, dimensions, normalize, show_progress, truncate, what)
+        prefix = embed_prefix(self.family, self.model, kind, instruction)
+        outputs = check_outputs(output, family=self.family.name, model=self.model)
+        if dimensions is not None:
+            raise ValueError(f"dimensions applies to dense vectors only; leave it unset with output={output!r}.")
+        from vllm import PoolingParams
+
+        tasks = {task: PoolingParams(task=task, use_activation=activation(task, normalize))
+                 for task in pooling_tasks(outputs)}
+        special = SpecialTokens.of(self.tokenizer.hf, self.model)
+        raw: dict[str, list[np.ndarray]] = {task: [] for task in tasks}
+        ids: list[list[int]] = []
+        with self._progress(texts, show_progress) as bar:
+            for first, chunk in chunks(texts, what):
+                tokens = await _off_loop(chunk, self.tokenizer.encode_texts, chunk, prefix, truncate, first_index=first)
+                ids.extend(t.ids for t in tokens)
+                rows = await asyncio.gather(*(self._encode(tokens, p, None, stack=False) for p in tasks.values()))
+                for task, task_rows in zip(tasks, rows):
+                    raw[task].extend(task_rows)
+                bar.update(len(chunk))
+        parts = assemble(outputs, raw, ids, hidden_size=self.dimension, normalize=normalize, special=special)
+        return parts[output] if isinstance(output, str) else parts
+
     async def _embed(
         self,
         texts: Iterable[str],
@@ -265,10 +312,19 @@ class PoolingEngine:
         return np.stack(rows).astype(np.float32, copy=False)
 
     async def _score(
-        self, query: str, documents: Iterable[str], instruction: str | None, truncate: Truncate
+        self, query: str, documents: Iterable[str], instruction: str | None, truncate: Truncate, output: str = "dense"
     ) -> list[float]:
         query = check_query(query)
         method = score_method(self.family, self.model, instruction)
+        if output not in ("dense", "multi_vector"):
+            raise ValueError(f"score takes output='dense' or 'multi_vector', not {output!r}.")
+        if output == "multi_vector":
+            check_outputs(output, family=self.family.name, model=self.model)
+            docs = await self._embed_any(documents, "document", None, None, True, False, truncate, output, "documents")
+            if not docs:
+                return []
+            (q,) = await self._embed_any([query], "query", instruction, None, True, False, truncate, output)
+            return [maxsim(q, d) for d in docs]
         if method == "cosine":
             docs = await self._embed(documents, "document", None, None, True, False, truncate, what="documents")
             if len(docs) == 0:
@@ -288,9 +344,10 @@ class PoolingEngine:
             scores.extend(float(row.reshape(-1)[0]) for row in await self._encode(tokens, params, None))
         return scores
 
-    async def _encode(self, tokens: list[Tokens], params: Any, bar: tqdm | None) -> np.ndarray:
+    async def _encode(self, tokens: list[Tokens], params: Any, bar: tqdm | None, stack: bool = True) -> Any:
         """Submit every prompt at once (the scheduler batches them) and return outputs in input order, one row
-        each, as one array (a chunk of rows costs one allocation, not one tensor per row)."""
+        each, as one array (a chunk of rows costs one allocation, not one tensor per row), or as a list of
+        arrays with ``stack=False`` (token-level outputs differ in length)."""
         from vllm.inputs import TokensPrompt
         from vllm.v1.engine.exceptions import EngineDeadError as VLLMEngineDeadError
 
@@ -319,7 +376,8 @@ class PoolingEngine:
             raise EngineDeadError(
                 f"The vLLM engine for {self.model} died while serving this call; the next call starts a new one."
             ) from failure.exceptions[0]
-        return np.stack([task.result() for task in tasks])
+        rows = [task.result() for task in tasks]
+        return np.stack(rows) if stack else rows
 
     async def _running_engine(self) -> Any:
         """The live engine (AsyncLLM or InprocEngine), restarting it first if it died."""

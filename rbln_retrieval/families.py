@@ -19,7 +19,7 @@ from rbln_retrieval.prompts import QWEN3_DEFAULT_TASK, default_query_prompt
 logger = logging.getLogger(__name__)
 
 Pooling = Literal["MEAN", "CLS", "LAST"]
-FamilyName = Literal["qwen3-embedding", "qwen3-reranker", "bi-encoder", "cross-encoder"]
+FamilyName = Literal["qwen3-embedding", "qwen3-reranker", "bi-encoder", "cross-encoder", "bge-m3"]
 
 # vLLM turns the causal LM's vocabulary head into one row, logit(yes) - logit(no); sigmoid of it is P(yes).
 QWEN3_RERANKER_OVERRIDES = {
@@ -44,6 +44,10 @@ _CROSS_ENCODER_ARCHS = {
 }
 _QWEN3_ARCHS = {"Qwen3ForCausalLM", "Qwen3Model"}
 _ROBERTA_TYPES = {"roberta", "xlm-roberta"}
+# BAAI/bge-m3 is an XLM-R bi-encoder that ships its sparse and ColBERT heads beside the weights; vLLM runs all
+# three outputs as BgeM3EmbeddingModel.
+BGE_M3_HEADS = ("sparse_linear.pt", "colbert_linear.pt")
+BGE_M3_OVERRIDES = {"architectures": ["BgeM3EmbeddingModel"]}
 
 
 @dataclass(frozen=True)
@@ -180,12 +184,16 @@ def detect_family(model_dir: str | Path, *, max_length: int | None = None, famil
             # The Qwen3 configs lack vLLM's matryoshka flag (QwenLM/Qwen3-Embedding#85).
             **{**common, "hf_overrides": {**common["hf_overrides"], "is_matryoshka": True}},
         )
+    if name == "bge-m3":
+        if missing := [head for head in BGE_M3_HEADS if not (model_dir / head).is_file()]:
+            raise ModelNotSupportedError(f"{model_dir} is not a bge-m3 checkpoint: it lacks {', '.join(missing)}.")
+        common["hf_overrides"] = {**common["hf_overrides"], **BGE_M3_OVERRIDES}
     if pooling is None:
         # sentence-transformers' own default when a checkpoint ships no pooling module.
         logger.info("%s declares no pooling module; using mean pooling as sentence-transformers does.", model_dir)
         pooling = "MEAN"
     return ModelFamily(
-        name="bi-encoder",
+        name="bge-m3" if name == "bge-m3" else "bi-encoder",
         pooling=pooling,
         normalize=normalize,
         query_prompt=prompts.get("query", ""),
@@ -203,7 +211,7 @@ def _family_name(arch: str, pooling: Pooling | None, model_dir: Path) -> FamilyN
         # Qwen3-Reranker is a bare causal LM whose yes/no logits are the score.
         return "qwen3-embedding" if pooling is not None else "qwen3-reranker"
     if arch in _BI_ENCODER_ARCHS:
-        return "bi-encoder"
+        return "bge-m3" if all((model_dir / head).is_file() for head in BGE_M3_HEADS) else "bi-encoder"
     supported = sorted(_BI_ENCODER_ARCHS | _CROSS_ENCODER_ARCHS | _QWEN3_ARCHS)
     raise ModelNotSupportedError(
         f"{model_dir} has architecture {arch or 'none'!r}, which rbln-retrieval does not support "

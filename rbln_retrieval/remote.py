@@ -16,7 +16,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -30,6 +30,7 @@ from rbln_retrieval.inputs import Truncate, check_dimensions, check_query, check
 from rbln_retrieval.loop import EngineLoop
 from rbln_retrieval.model_source import resolve_model, split_reference
 from rbln_retrieval.options import EngineOptions
+from rbln_retrieval.outputs import Output, check_remote_outputs
 from rbln_retrieval.prompts import (
     default_instruction,
     default_query_prompt,
@@ -233,25 +234,28 @@ class RemoteEngine:
     def embed(self, texts: Iterable[str], *, kind: Literal["document", "query"] = "document",
               instruction: str | None = None, dimensions: int | None = None, normalize: bool = True,
               show_progress: bool = False, truncate: Truncate | None = None,
-              timeout: float | None = None) -> np.ndarray:
+              timeout: float | None = None, output: Output | Sequence[Output] = "dense") -> Any:
         return self._run(self._call(timeout, self._embed(texts, kind, instruction, dimensions, normalize,
-                                                          self._truncate(truncate))))
+                                                          self._truncate(truncate), output=output)))
 
     async def aembed(self, texts: Iterable[str], *, kind: Literal["document", "query"] = "document",
                      instruction: str | None = None, dimensions: int | None = None, normalize: bool = True,
                      show_progress: bool = False, truncate: Truncate | None = None,
-                     timeout: float | None = None) -> np.ndarray:
+                     timeout: float | None = None, output: Output | Sequence[Output] = "dense") -> Any:
         return await self._arun(self._call(timeout, self._embed(texts, kind, instruction, dimensions, normalize,
-                                                                 self._truncate(truncate))))
+                                                                 self._truncate(truncate), output=output)))
 
     def score(self, query: str, documents: Iterable[str], *, instruction: str | None = None,
-              truncate: Truncate | None = None, timeout: float | None = None) -> list[float]:
-        return self._run(self._call(timeout, self._score(query, documents, instruction, self._truncate(truncate))))
+              truncate: Truncate | None = None, timeout: float | None = None,
+              output: Literal["dense", "multi_vector"] = "dense") -> list[float]:
+        return self._run(self._call(timeout, self._score(query, documents, instruction, self._truncate(truncate),
+                                                          output)))
 
     async def ascore(self, query: str, documents: Iterable[str], *, instruction: str | None = None,
-                     truncate: Truncate | None = None, timeout: float | None = None) -> list[float]:
+                     truncate: Truncate | None = None, timeout: float | None = None,
+                     output: Literal["dense", "multi_vector"] = "dense") -> list[float]:
         return await self._arun(self._call(timeout, self._score(query, documents, instruction,
-                                                                 self._truncate(truncate))))
+                                                                 self._truncate(truncate), output)))
 
     def rerank(self, query: str, documents: Iterable[str], *, top_n: int | None = None,
                instruction: str | None = None, truncate: Truncate | None = None,
@@ -288,8 +292,11 @@ class RemoteEngine:
         return {"truncate_prompt_tokens": family.max_length}
 
     async def _embed(self, texts: Iterable[str], kind: str, instruction: str | None, dimensions: int | None,
-                     normalize: bool, truncate: Truncate, what: str = "texts") -> np.ndarray:
+                     normalize: bool, truncate: Truncate, what: str = "texts", output: Any = "dense") -> Any:
         family = await self._described()  # never the sync property here: it would wait on this very loop
+        if not (isinstance(output, str) and output == "dense"):
+            outputs = check_remote_outputs(output, family=family.name, model=self.model)
+            return {outputs[0]: await self._embed(texts, kind, instruction, dimensions, normalize, truncate, what)}
         prefix = embed_prefix(family, self.model, kind, instruction)
         if family.hidden_size:
             check_dimensions(dimensions, hidden_size=family.hidden_size, matryoshka=family.matryoshka,
@@ -308,7 +315,9 @@ class RemoteEngine:
         return np.asarray(await self._batched(prompts, batch), dtype=np.float32)
 
     async def _score(self, query: str, documents: Iterable[str], instruction: str | None,
-                     truncate: Truncate) -> list[float]:
+                     truncate: Truncate, output: str = "dense") -> list[float]:
+        if output != "dense":  # late interaction needs multi-vectors, which the server does not give
+            check_remote_outputs(output, family=(await self._described()).name, model=self.model)
         query = check_query(query)
         docs = [d for _, chunk in chunks(documents, "documents") for d in chunk]
         if not docs:

@@ -171,6 +171,31 @@ def build_qwen3_reranker(path: str | Path, *, seed: int = 0) -> Path:
     return path
 
 
+def build_bge_m3(path: str | Path, *, seed: int = 0) -> Path:
+    """An XLMRobertaModel laid out like BAAI/bge-m3: CLS pooling, normalize, and the two extra heads it ships as
+    torch state dicts, ``sparse_linear.pt`` (hidden -> 1) and ``colbert_linear.pt`` (hidden -> hidden). The borrowed
+    BERT tokenizer names [CLS]/[SEP] as its bos/eos tokens, the roles <s>/</s> play in bge-m3's tokenizer."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    path = Path(path)
+    _seeded(seed)
+    tokenizer = AutoTokenizer.from_pretrained(
+        str(minilm_path()), model_input_names=["input_ids", "attention_mask"], bos_token="[CLS]", eos_token="[SEP]"
+    )
+    tokenizer.save_pretrained(str(path))
+    config = _encoder_config(
+        "xlm-roberta", len(tokenizer), tokenizer.pad_token_id,
+        bos_token_id=tokenizer.cls_token_id, eos_token_id=tokenizer.sep_token_id,
+    )
+    AutoModel.from_config(config).save_pretrained(str(path))
+    # Larger than nn.Linear's default init so that relu leaves a useful share of the sparse weights above zero.
+    torch.save({"weight": torch.randn(1, HIDDEN) * 0.3, "bias": torch.zeros(1)}, path / "sparse_linear.pt")
+    torch.save(torch.nn.Linear(HIDDEN, HIDDEN).state_dict(), path / "colbert_linear.pt")
+    sentence_transformers_files(path, "cls", normalize=True, prompts=None)
+    return path
+
+
 BUILDERS: dict[str, Callable[[Path], Path]] = {
     "bert-cls": lambda p: build_bi_encoder(p, kind="bert", pooling="cls"),
     "roberta-mean": lambda p: build_bi_encoder(p, kind="roberta", pooling="mean"),
@@ -179,6 +204,7 @@ BUILDERS: dict[str, Callable[[Path], Path]] = {
     "qwen3-reranker": build_qwen3_reranker,
     "bert-cross-encoder": lambda p: build_cross_encoder(p, kind="bert"),
     "xlm-roberta-cross-encoder": lambda p: build_cross_encoder(p, kind="xlm-roberta"),
+    "bge-m3": build_bge_m3,
 }
 
 

@@ -67,3 +67,39 @@ def qwen3_reranker_scores(path: str, query: str, documents: list[str], *, instru
         logits = model(input_ids=ids).logits[0, -1]
         scores.append(torch.softmax(torch.stack([logits[no], logits[yes]]), 0)[1].item())
     return scores
+
+
+@torch.no_grad()
+def bge_m3(path: str, texts: list[str], *, max_length: int
+           ) -> tuple[np.ndarray, list[dict[int, float]], list[np.ndarray]]:
+    """Dense, sparse and multi-vector outputs as FlagEmbedding's BGEM3 computes them, one text at a time: dense is
+    the normalized CLS row; sparse is relu(sparse_linear(h)) per token, cls/eos/pad/unk and zero weights left out,
+    the largest weight kept per token id; multi-vector is colbert_linear(h) of every token but the first, each row
+    normalized."""
+    tokenizer, model = _load("base", path)
+    hidden = model.config.hidden_size
+    sparse_linear, colbert_linear = torch.nn.Linear(hidden, 1), torch.nn.Linear(hidden, hidden)
+    sparse_linear.load_state_dict(torch.load(f"{path}/sparse_linear.pt", weights_only=True))
+    colbert_linear.load_state_dict(torch.load(f"{path}/colbert_linear.pt", weights_only=True))
+    unused = {tokenizer.convert_tokens_to_ids(tokenizer.special_tokens_map[name])
+              for name in ("cls_token", "eos_token", "pad_token", "unk_token") if name in tokenizer.special_tokens_map}
+    dense, sparse, multi = [], [], []
+    for text in texts:
+        enc = tokenizer(text, truncation=True, max_length=max_length, return_tensors="pt")
+        h = model(**enc).last_hidden_state[0]
+        dense.append(torch.nn.functional.normalize(h[0], dim=-1).numpy())
+        weights = torch.relu(sparse_linear(h)).squeeze(-1)
+        lexical: dict[int, float] = {}
+        for token, weight in zip(enc["input_ids"][0].tolist(), weights.tolist()):
+            if token not in unused and weight > 0 and weight > lexical.get(token, 0.0):
+                lexical[token] = weight
+        sparse.append(lexical)
+        multi.append(torch.nn.functional.normalize(colbert_linear(h[1:]), dim=-1).numpy())
+    return np.stack(dense), sparse, multi
+
+
+def colbert_score(query: np.ndarray, document: np.ndarray) -> float:
+    """FlagEmbedding's BGEM3 ``colbert_score``: the sum over query vectors of their best dot product with any
+    document vector, divided by the number of query vectors."""
+    q, p = torch.from_numpy(query), torch.from_numpy(document)
+    return (torch.einsum("in,jn->ij", q, p).max(-1).values.sum() / q.size(0)).item()

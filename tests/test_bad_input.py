@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -107,3 +108,22 @@ def test_pickle_only_checkpoint_is_refused_unless_allowed(tmp_path):
     (tmp_path / "pytorch_model.bin").write_bytes(b"not really a pickle")
     with pytest.raises(ModelNotSupportedError, match=r"only pickle weights \(pytorch_model.bin\).*allow_pickle=True"):
         PoolingEngine(tmp_path, device="cpu")
+
+
+@pytest.mark.parametrize("output, name", [("sparse", "sparse"), ("multi_vector", "multi_vector"),
+                                          (["dense", "sparse"], "sparse")])
+def test_token_outputs_on_a_model_without_the_head_name_model_and_output(minilm, minilm_engine, output, name):
+    """Sparse weights need bge-m3's sparse head, multi-vectors its ColBERT head; a pooled-only model has neither."""
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(minilm))} has no .* head \(family bi-encoder\), "
+                                         rf"so it cannot give output='{name}'"):
+        minilm_engine.embed(["a"], output=output)
+
+
+@pytest.mark.parametrize("output, error, message", [
+    ("colbert", ValueError, r"output='colbert' is not one of 'dense', 'sparse', 'multi_vector'"),
+    ([], TypeError, "expected one of dense, sparse, multi_vector or a non-empty list"),
+    (None, TypeError, "output is None"),
+])
+def test_unknown_outputs_are_refused(minilm_engine, output, error, message):
+    with pytest.raises(error, match=message):
+        minilm_engine.embed(["a"], output=output)

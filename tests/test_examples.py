@@ -176,3 +176,34 @@ def test_qwen3_embedding_example_refuses_another_family(minilm, tmp_path):
         result = subprocess.run([sys.executable, str(EXAMPLES / "qwen3_embedding.py"), str(model)],
                                 capture_output=True, text=True, timeout=120)
         assert result.returncode != 0 and expected in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.fixture(scope="module")
+def hybrid_run(tiny_models) -> str:
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / "hybrid_qdrant.py"), str(tiny_models["bge-m3"]), "--pages", "4",
+         "--device", "cpu", "--dtype", "float32"], capture_output=True, text=True, timeout=1200,
+    )
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    return result.stdout
+
+
+def test_hybrid_qdrant_example_prints_dense_sparse_and_fused_rankings(hybrid_run):
+    sections = re.split(r"^(dense|sparse|hybrid):$", hybrid_run, flags=re.M)
+    assert re.search(r"^25 passages indexed \(dense 64 dims \+ sparse\)$", sections[0], re.M), hybrid_run
+    rows = {name: [float(s) for s in re.findall(r"^\d\. (\d+\.\d{4})  \[[\w-]+\] ", body, re.M)]
+            for name, body in zip(sections[1::2], sections[2::2])}
+    assert list(rows) == ["dense", "sparse", "hybrid"] and all(len(r) == 3 for r in rows.values()), hybrid_run
+    for scores in rows.values():
+        assert scores == sorted(scores, reverse=True)
+    assert rows["sparse"][0] > 0
+    # Reciprocal rank fusion of two top-3 lists: each score is 1/(rank+1) from one side or a sum from both.
+    fused = {round(a + b, 4) for a in (0, 1 / 2, 1 / 3, 1 / 4) for b in (0, 1 / 2, 1 / 3, 1 / 4)} - {0}
+    assert set(rows["hybrid"]) <= fused, rows["hybrid"]
+
+
+def test_hybrid_example_refuses_a_model_without_a_sparse_head(minilm):
+    result = subprocess.run([sys.executable, str(EXAMPLES / "hybrid_qdrant.py"), str(minilm)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "is a bi-encoder model without bge-m3's sparse head" in result.stderr
+    assert "Traceback" not in result.stderr

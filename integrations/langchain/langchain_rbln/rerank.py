@@ -12,6 +12,7 @@ from pydantic import Field
 
 from langchain_rbln._engine import RBLNEngineModel, batches
 from rbln_retrieval import ModelFamily, rank
+from rbln_retrieval.outputs import check_outputs
 from rbln_retrieval.prompts import score_method
 
 
@@ -61,8 +62,17 @@ class RBLNReranker(RBLNEngineModel, BaseDocumentCompressor):
     """Task description for Qwen3-Reranker (None: the model's default task) or the query prompt for a
     bi-encoder (None: the model's own). Plain cross-encoders take none."""
 
+    late_interaction: bool = False
+    """bge-m3: score by MaxSim over its ColBERT multi-vectors (late interaction) instead of dense cosine."""
+
     def _check_family(self, family: ModelFamily) -> None:
         score_method(family, self.model, self.instruction)  # refuses an instruction the family cannot take
+        if self.late_interaction:
+            check_outputs("multi_vector", family=family.name, model=self.model)
+
+    def _score_options(self) -> dict[str, Any]:
+        output = "multi_vector" if self.late_interaction else "dense"
+        return {"instruction": self.instruction, "output": output, **self._call_options()}
 
     def rerank(
         self, documents: Sequence[str | Document], query: str, top_n: int | None = None
@@ -77,7 +87,7 @@ class RBLNReranker(RBLNEngineModel, BaseDocumentCompressor):
             return []
         scores: list[float] = []
         for batch in batches(texts, self.batch_size):
-            scores.extend(self.engine.score(query, batch, instruction=self.instruction, **self._call_options()))
+            scores.extend(self.engine.score(query, batch, **self._score_options()))
         return _ranked_dicts(scores, top_n)
 
     async def arerank(
@@ -89,7 +99,7 @@ class RBLNReranker(RBLNEngineModel, BaseDocumentCompressor):
             return []
         scores: list[float] = []
         for batch in batches(texts, self.batch_size):
-            scores.extend(await self.engine.ascore(query, batch, instruction=self.instruction, **self._call_options()))
+            scores.extend(await self.engine.ascore(query, batch, **self._score_options()))
         return _ranked_dicts(scores, top_n)
 
     def compress_documents(

@@ -186,6 +186,20 @@ def test_cross_encoder_rejects_an_instruction(cross_encoder, cpu, nodes):
         RBLNReranker(model=cross_encoder, instruction="Find", **cpu).postprocess_nodes(nodes, query_str=QUERY)
 
 
+def test_late_interaction_scores_bge_m3_by_maxsim(tiny_model, cross_encoder, cpu, nodes):
+    path = str(tiny_model("bge-m3"))
+    reranked = RBLNReranker(model=path, top_n=None, late_interaction=True, **cpu).postprocess_nodes(
+        nodes, query_str=QUERY)
+    engine = get_engine(path, **cpu)
+    expected = engine.score(QUERY, texts_of(nodes), output="multi_vector")
+    by_id = {n.node.node_id: s for n, s in zip(nodes, expected)}
+    assert [n.score for n in reranked] == pytest.approx([by_id[n.node.node_id] for n in reranked], abs=TOL)
+    assert [n.score for n in reranked] == sorted(expected, reverse=True)
+    assert max(abs(a - b) for a, b in zip(expected, engine.score(QUERY, texts_of(nodes)))) > 1e-3
+    with pytest.raises(ValueError, match=r"has no multi-vector \(ColBERT\) head \(family cross-encoder\)"):
+        RBLNReranker(model=cross_encoder, late_interaction=True, **cpu).postprocess_nodes(nodes, query_str=QUERY)
+
+
 class RecordingHandler(BaseEventHandler):
     events: list = []
 

@@ -1,3 +1,4 @@
 from llama_index.embeddings.rbln.base import RBLNEmbedding
+from llama_index.embeddings.rbln.sparse import RBLNSparseEmbedding
 
-__all__ = ["RBLNEmbedding"]
+__all__ = ["RBLNEmbedding", "RBLNSparseEmbedding"]

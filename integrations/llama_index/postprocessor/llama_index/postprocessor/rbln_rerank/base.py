@@ -65,6 +65,10 @@ class RBLNReranker(EngineSettings, BaseNodePostprocessor):
             "Cross-encoders take none."
         ),
     )
+    late_interaction: bool = Field(
+        default=False,
+        description="bge-m3: score by MaxSim over its ColBERT multi-vectors instead of dense cosine.",
+    )
     batch_size: int = Field(
         default=1024, gt=0, description="Nodes per engine call (the engine's scheduler batches within a call)."
     )
@@ -117,7 +121,8 @@ class RBLNReranker(EngineSettings, BaseNodePostprocessor):
     # -- shared by the sync and async paths ----------------------------------------------------------------------
     def _call_options(self) -> dict[str, Any]:
         # Read at each call, so that assigning these fields takes effect.
-        return {"instruction": self.instruction, "truncate": self.truncate, "timeout": self.timeout}
+        return {"instruction": self.instruction, "truncate": self.truncate, "timeout": self.timeout,
+                "output": "multi_vector" if self.late_interaction else "dense"}
 
     @property
     def _top_n(self) -> int | None:

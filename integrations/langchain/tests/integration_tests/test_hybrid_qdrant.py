@@ -1,0 +1,102 @@
+"""Hybrid retrieval in Qdrant's local mode: RBLNEmbeddings (dense) and RBLNSparseEmbeddings (bge-m3's lexical
+weights) from one tiny random-weight bge-m3 engine, fused by QdrantVectorStore with reciprocal rank fusion.
+
+The weights are random, so relevance is not what is checked: every ranking Qdrant returns must equal the one
+computed here from the engine's own vectors (dense cosine, sparse dot product, RRF with Qdrant's constant)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from langchain_qdrant import QdrantVectorStore, RetrievalMode
+from langchain_qdrant.sparse_embeddings import SparseVector
+from qdrant_client.hybrid.fusion import DEFAULT_RANKING_CONSTANT_K
+
+from langchain_rbln import RBLNEmbeddings, RBLNReranker, RBLNSparseEmbeddings
+
+CPU = {"device": "cpu", "dtype": "float32"}
+CORPUS = json.loads((Path(__file__).parent / "data" / "corpus.json").read_text(encoding="utf-8"))
+TEXTS = list(CORPUS["passages"].values())[:40]
+K = 5
+
+
+@pytest.fixture(scope="module")
+def bge_m3(tiny_model):
+    path = tiny_model("bge-m3")
+    with RBLNEmbeddings(model=path, **CPU) as dense, RBLNSparseEmbeddings(model=path, **CPU) as sparse:
+        yield dense, sparse
+
+
+def _sparse_dict(vector: SparseVector) -> dict[int, float]:
+    return dict(zip(vector.indices, vector.values))
+
+
+def _dot(a: dict[int, float], b: dict[int, float]) -> float:
+    return sum(w * b[t] for t, w in a.items() if t in b)
+
+
+def _top(scores: list[float], k: int) -> list[int]:
+    return sorted(range(len(scores)), key=lambda i: -scores[i])[:k]
+
+
+def test_sparse_vectors_are_the_engines_lexical_weights(bge_m3):
+    dense, sparse = bge_m3
+    assert dense.engine.engine is sparse.engine.engine, "dense and sparse of one model share one engine"
+    vectors = sparse.embed_documents(TEXTS[:6])
+    assert [_sparse_dict(v) for v in vectors] == sparse.engine.embed(TEXTS[:6], output="sparse")
+    assert all(v.indices == sorted(v.indices) and v.indices for v in vectors)
+    assert _sparse_dict(sparse.embed_query(TEXTS[0])) == _sparse_dict(vectors[0])
+
+
+async def test_async_sparse_equals_sync(bge_m3):
+    _, sparse = bge_m3
+    assert await sparse.aembed_documents(TEXTS[:4]) == sparse.embed_documents(TEXTS[:4])
+    assert await sparse.aembed_query(TEXTS[1]) == sparse.embed_query(TEXTS[1])
+
+
+def test_a_model_without_a_sparse_head_is_refused_in_one_sentence(minilm):
+    with pytest.raises(ValueError, match=r"has no sparse \(lexical weight\) head \(family bi-encoder\)"):
+        RBLNSparseEmbeddings(model=minilm, **CPU)
+
+
+@pytest.mark.parametrize("mode", [RetrievalMode.SPARSE, RetrievalMode.HYBRID])
+def test_qdrant_local_mode_ranks_as_the_engine_vectors_say(bge_m3, mode, tmp_path):
+    dense, sparse = bge_m3
+    store = QdrantVectorStore.from_texts(
+        TEXTS, dense, sparse_embedding=sparse, path=str(tmp_path / "qdrant"), collection_name="docs",
+        retrieval_mode=mode,
+    )
+    doc_dense = np.asarray(dense.embed_documents(TEXTS))
+    doc_sparse = [_sparse_dict(v) for v in sparse.embed_documents(TEXTS)]
+    for query in (TEXTS[3], "Which passage talks about the weather in spring?"):
+        dense_scores = list(doc_dense @ np.asarray(dense.embed_query(query)))
+        q = _sparse_dict(sparse.embed_query(query))
+        sparse_scores = [_dot(q, d) for d in doc_sparse]
+        found = store.similarity_search_with_score(query, k=K)
+        if mode == RetrievalMode.SPARSE:
+            expected = [(i, sparse_scores[i]) for i in _top(sparse_scores, K)]
+        else:  # RRF over each side's top K, with Qdrant's ranking constant
+            fused: dict[int, float] = {}
+            for ranking in (_top(dense_scores, K), _top(sparse_scores, K)):
+                for position, i in enumerate(ranking):
+                    fused[i] = fused.get(i, 0.0) + 1 / (position + DEFAULT_RANKING_CONSTANT_K)
+            expected = sorted(fused.items(), key=lambda item: -item[1])[:K]
+        assert [doc.page_content for doc, _ in found] == [TEXTS[i] for i, _ in expected]
+        assert [score for _, score in found] == pytest.approx([s for _, s in expected], rel=1e-5)
+    if mode == RetrievalMode.HYBRID:  # a document's own text is first on both sides, so first after fusion
+        assert store.similarity_search(TEXTS[3], k=1)[0].page_content == TEXTS[3]
+    store.client.close()
+
+
+def test_reranker_with_late_interaction_ranks_by_maxsim(bge_m3, tiny_model, minilm):
+    dense, _ = bge_m3
+    with RBLNReranker(model=tiny_model("bge-m3"), late_interaction=True, top_n=3, **CPU) as reranker:
+        ranked = reranker.rerank(TEXTS[1:9], TEXTS[0], top_n=3)
+    scores = dense.engine.score(TEXTS[0], TEXTS[1:9], output="multi_vector")
+    assert [r["index"] for r in ranked] == _top(scores, 3)
+    assert [r["relevance_score"] for r in ranked] == pytest.approx(sorted(scores, reverse=True)[:3], abs=1e-6)
+    with pytest.raises(ValueError, match=r"has no multi-vector \(ColBERT\) head \(family bi-encoder\)"):
+        RBLNReranker(model=minilm, late_interaction=True, **CPU)
