@@ -2,9 +2,9 @@
 
 The server describes its model (family, prompts, dimensions, max length) on ``DESCRIBE_PATH``; the client reads it
 once, so a client that has only the model's name applies prompts and templates exactly as local mode does and sends
-raw text: remote results equal local ones. Inputs are cut into batches that are spread over the healthy replicas; a replica that fails is taken
-out for a cool-down and its batch is retried elsewhere with backoff, so every input gets exactly one result, in
-input order, or the call raises.
+raw text: remote results equal local ones. Inputs are cut into batches sent concurrently through
+rbln_retrieval.replicas (spread over the healthy replicas, retried elsewhere with backoff), so every input gets
+exactly one result, in input order, or the call raises.
 """
 
 from __future__ import annotations
@@ -14,17 +14,13 @@ import contextvars
 import dataclasses
 import logging
 import os
-import random
-import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-import httpx
 import numpy as np
 
-from rbln_retrieval.errors import ModelNotSupportedError, RBLNRetrievalError
+from rbln_retrieval.errors import ModelNotSupportedError
 from rbln_retrieval.families import ModelFamily, detect_family
 from rbln_retrieval.inputs import Truncate, check_dimensions, check_query, check_truncate, chunks
 from rbln_retrieval.loop import EngineLoop
@@ -39,6 +35,9 @@ from rbln_retrieval.prompts import (
     score_method,
 )
 from rbln_retrieval.ranking import rank
+from rbln_retrieval.replicas import RemoteAuthError, RemoteError, Replicas
+
+__all__ = ["DESCRIBE_PATH", "RemoteAuthError", "RemoteEngine", "RemoteError"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,28 +50,6 @@ DESCRIBE_PATH = "/v1/rbln-retrieval/model"
 
 # The timeout of the call in progress (None: the client's), seen by every request the call makes.
 _call_timeout: contextvars.ContextVar[float | None] = contextvars.ContextVar("rbln_remote_timeout", default=None)
-
-
-class RemoteError(RBLNRetrievalError, ConnectionError):
-    """No replica answered usably within the retries (connection refused, timeout, 5xx, malformed JSON)."""
-
-
-class RemoteAuthError(RBLNRetrievalError, PermissionError):
-    """The server rejected the API key (HTTP 401/403); retrying cannot help."""
-
-
-@dataclass
-class _Replica:
-    url: str
-    down_until: float = 0.0
-    failures: int = 0
-
-    def failed(self) -> None:
-        self.failures += 1
-        self.down_until = time.monotonic() + min(60.0, 2.0 ** self.failures)
-
-    def succeeded(self) -> None:
-        self.failures, self.down_until = 0, 0.0
 
 
 class RemoteEngine:
@@ -108,13 +85,14 @@ class RemoteEngine:
         # Where a hub id's config files come from, for a server that does not describe its model.
         self._source_args: dict[str, Any] = {"revision": revision, "cache_folder": cache_folder, "token": token,
                                              "local_files_only": local_files_only}
-        self._replicas = [_Replica(u.rstrip("/")) for u in urls]
-        self._api_key = api_key if api_key is not None else os.environ.get("RBLN_API_KEY")
-        self._timeout = DEFAULT_TIMEOUT if timeout is None else timeout
+        self._replicas = Replicas(
+            urls,
+            api_key=api_key if api_key is not None else os.environ.get("RBLN_API_KEY"),
+            timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
+            max_retries=max_retries,
+        )
         self._batch_size = batch_size
-        self._max_retries = max_retries
         self._loop = EngineLoop("rbln-retrieval-remote")
-        self._client: httpx.AsyncClient | None = None
         self._served_model: str | None = None
         self._family: ModelFamily | None = None
         self._closed = False
@@ -134,24 +112,13 @@ class RemoteEngine:
 
     async def _server_family(self) -> tuple[bool, ModelFamily | None]:
         """(whether a replica answered, the family it describes or None for a server without the route)."""
-        client = self._http()
-        for replica in self._replicas:
-            try:
-                response = await client.get(replica.url + DESCRIBE_PATH)
-            except httpx.HTTPError:
-                continue
-            if response.status_code in (401, 403):
-                raise RemoteAuthError(
-                    f"{replica.url} rejected the request with HTTP {response.status_code}: "
-                    "set api_key (or RBLN_API_KEY) to the server's key."
-                )
-            if response.status_code == 404:
-                return True, None
-            try:
-                return True, ModelFamily(**response.json()["family"])
-            except (ValueError, KeyError, TypeError):
-                continue
-        return False, None
+        answered, description = await self._replicas.get_first(DESCRIBE_PATH)
+        if description is None:
+            return answered, None
+        try:
+            return True, ModelFamily(**description["family"])
+        except (KeyError, TypeError):  # not our description: as if no replica had answered
+            return False, None
 
     def _checked_family(self, served: ModelFamily | None, warn: bool = True) -> ModelFamily:
         wanted = self.options.family
@@ -186,7 +153,7 @@ class RemoteEngine:
         )
 
     def __repr__(self) -> str:  # never shows the API key
-        return f"RemoteEngine(model={self.model!r}, replicas={[r.url for r in self._replicas]})"
+        return f"RemoteEngine(model={self.model!r}, replicas={self._replicas.urls})"
 
     @property
     def closed(self) -> bool:
@@ -194,8 +161,8 @@ class RemoteEngine:
 
     def close(self) -> None:
         self._closed = True
-        if self._client is not None and not self._loop.loop.is_closed() and not self._loop.forked:
-            self._loop.run(self._client.aclose())
+        if not self._loop.loop.is_closed() and not self._loop.forked:
+            self._loop.run(self._replicas.aclose())
         self._loop.close()
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -210,13 +177,7 @@ class RemoteEngine:
         # A forked child has a copy of this client without the loop thread and with the parent's connections.
         if self._loop.forked and not self._closed:
             self._loop = EngineLoop("rbln-retrieval-remote")
-            self._client = None
-
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
-            self._client = httpx.AsyncClient(headers=headers, timeout=self._timeout)
-        return self._client
+            self._replicas.forget_connections()
 
     def __enter__(self) -> RemoteEngine:
         return self
@@ -258,16 +219,19 @@ class RemoteEngine:
                                                                  self._truncate(truncate), output)))
 
     def rerank(self, query: str, documents: Iterable[str], *, top_n: int | None = None,
-               instruction: str | None = None, truncate: Truncate | None = None,
-               timeout: float | None = None) -> list[tuple[int, float]]:
-        return rank(self.score(query, documents, instruction=instruction, truncate=truncate, timeout=timeout),
-                       top_n)
+               instruction: str | None = None, truncate: Truncate | None = None, timeout: float | None = None,
+               output: Literal["dense", "multi_vector"] = "dense") -> list[tuple[int, float]]:
+        scores = self.score(query, documents, instruction=instruction, truncate=truncate, timeout=timeout,
+                            output=output)
+        return rank(scores, top_n)
 
     async def arerank(self, query: str, documents: Iterable[str], *, top_n: int | None = None,
                       instruction: str | None = None, truncate: Truncate | None = None,
-                      timeout: float | None = None) -> list[tuple[int, float]]:
-        return rank(await self.ascore(query, documents, instruction=instruction, truncate=truncate,
-                                         timeout=timeout), top_n)
+                      timeout: float | None = None,
+                      output: Literal["dense", "multi_vector"] = "dense") -> list[tuple[int, float]]:
+        scores = await self.ascore(query, documents, instruction=instruction, truncate=truncate, timeout=timeout,
+                                   output=output)
+        return rank(scores, top_n)
 
     # -- implementation (on the client's loop) ------------------------------------------------------------------
     def _truncate(self, truncate: str | None) -> Truncate:
@@ -309,7 +273,7 @@ class RemoteEngine:
             return np.zeros((0, dimensions or family.hidden_size), dtype=np.float32)
 
         async def batch(items: list[str]) -> list[list[float]]:
-            data = (await self._post("/v1/embeddings", {**payload, "input": items}))["data"]
+            data = (await self._post_model("/v1/embeddings", {**payload, "input": items}))["data"]
             return [row["embedding"] for row in sorted(data, key=lambda row: row["index"])]
 
         return np.asarray(await self._batched(prompts, batch), dtype=np.float32)
@@ -333,14 +297,14 @@ class RemoteEngine:
 
             async def batch(items: list[str]) -> list[float]:
                 body = {"input": items, "add_special_tokens": False, **self._truncation(family, truncate)}
-                data = (await self._post("/classify", body))["data"]
+                data = (await self._post_model("/classify", body))["data"]
                 return [row["probs"][0] for row in sorted(data, key=lambda row: row["index"])]
 
             return [float(s) for s in await self._batched(prompts, batch)]
 
         async def pairs(items: list[str]) -> list[float]:
             body = {"queries": query, "documents": items, **self._truncation(family, truncate)}
-            data = (await self._post("/score", body))["data"]
+            data = (await self._post_model("/score", body))["data"]
             return [row["score"] for row in sorted(data, key=lambda row: row["index"])]
 
         return [float(s) for s in await self._batched(docs, pairs)]
@@ -357,73 +321,23 @@ class RemoteEngine:
             raise RemoteError(f"The server returned {len(out)} results for {len(items)} inputs.")
         return out
 
-    def _pick(self) -> _Replica:
-        now = time.monotonic()
-        healthy = [r for r in self._replicas if r.down_until <= now]
-        if healthy:
-            return random.choice(healthy)
-        return min(self._replicas, key=lambda r: r.down_until)  # all down: try the one that went down first
-
-    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        client = self._http()
-        timeout = _call_timeout.get() or self._timeout
-        body = {"model": await self._model_id(), **body}
-        failure = "no attempt made"
-        for attempt in range(self._max_retries + 1):
-            replica = self._pick()
-            try:
-                response = await client.post(replica.url + path, json=body, timeout=timeout)
-            except httpx.TimeoutException:
-                failure = f"{replica.url} timed out after {timeout:g} s"
-            except httpx.TransportError as exc:
-                failure = f"could not reach {replica.url} ({type(exc).__name__}: {exc})"
-            else:
-                if response.status_code in (401, 403):
-                    raise RemoteAuthError(
-                        f"{replica.url} rejected the request with HTTP {response.status_code}: "
-                        "set api_key (or RBLN_API_KEY) to the server's key."
-                    )
-                if 400 <= response.status_code < 500:
-                    message = _error_message(response)
-                    if self._api_key:  # a proxy may echo the request headers back
-                        message = message.replace(self._api_key, "***")
-                    raise ValueError(f"{replica.url}{path} rejected the request: {message}")
-                if response.status_code >= 500:
-                    failure = f"{replica.url} answered HTTP {response.status_code}"
-                else:
-                    try:
-                        payload: dict[str, Any] = response.json()
-                        replica.succeeded()
-                        return payload
-                    except ValueError:
-                        failure = f"{replica.url} answered with malformed JSON"
-            replica.failed()
-            if attempt < self._max_retries:
-                await asyncio.sleep(min(4.0, 0.25 * 2**attempt) * (0.5 + random.random()))
-        raise RemoteError(f"{path} failed after {self._max_retries + 1} attempts; last: {failure}.")
-
-    async def _model_id(self) -> str:
-        """The name the server serves the model under (it may differ from the path this client was given)."""
-        if self._served_model is None:
-            for replica in self._replicas:
-                try:
-                    response = await self._http().get(replica.url + "/v1/models")
-                    models = response.json()["data"] if response.status_code == 200 else []
-                except (httpx.HTTPError, ValueError, KeyError):
-                    continue
-                self._served_model = models[0]["id"] if len(models) == 1 else self._name
-                break
-        return self._served_model or self._name
-
     @property
     def _name(self) -> str:
         """The name a server started with this model serves it under: a hub id without its ``@revision``."""
         return self.model if Path(self.model).is_dir() else split_reference(self.model)[0]
 
+    async def _post_model(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST ``body`` for this model, with the timeout of the call in progress."""
+        return await self._replicas.post(path, {"model": await self._model_id(), **body}, _call_timeout.get())
 
-def _error_message(response: httpx.Response) -> str:
-    try:
-        error = response.json().get("error", response.json())
-        return str(error.get("message", error) if isinstance(error, dict) else error)
-    except ValueError:
-        return response.text[:200]
+    async def _model_id(self) -> str:
+        """The name the server serves the model under (it may differ from the path this client was given)."""
+        if self._served_model is None:
+            answered, listing = await self._replicas.get_first("/v1/models")
+            if answered:
+                try:
+                    models = listing["data"] if listing is not None else []
+                except (KeyError, TypeError):
+                    models = []
+                self._served_model = models[0]["id"] if len(models) == 1 else self._name
+        return self._served_model or self._name
