@@ -15,12 +15,12 @@ import pytest
 from forking import run_in_child
 from http_fakes import FakeServer
 from langchain_core.documents import Document
-from langchain_rbln import RBLNEmbeddings, RBLNReranker
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
-from llama_index.embeddings.rbln import RBLNEmbedding
-from llama_index.postprocessor.rbln_rerank import RBLNReranker as NodeReranker
 from pydantic import ValidationError
 
+from langchain_rbln import RBLNEmbeddings, RBLNReranker
+from llama_index.embeddings.rbln import RBLNEmbedding
+from llama_index.postprocessor.rbln_rerank import RBLNReranker as NodeReranker
 from rbln_retrieval import ModelNotSupportedError
 from rbln_retrieval.remote import RemoteError
 
