@@ -39,7 +39,15 @@ def run(texts: list[str], actors: int, batch_size: int) -> dict:
     assert rows == len(texts)
     rate = after_first / (last - first)
     return {"actors": actors, "num_cpus_per_actor": cpus, "passages": rows, "first_batch_s": first - started,
-            "passages_per_s": rate, "per_actor_passages_per_s": rate / actors}
+            "passages_per_s": rate, "per_actor_passages_per_s": rate / actors, "load_average_at_end": os.getloadavg()}
+
+
+def cpu_name() -> str:
+    cpuinfo = Path("/proc/cpuinfo")
+    for line in (cpuinfo.read_text().splitlines() if cpuinfo.exists() else []):
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
 
 
 def main() -> None:
@@ -49,12 +57,13 @@ def main() -> None:
     args = parser.parse_args()
     texts = models.corpus(520) * args.repeat
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
-    results = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-               "load_average_at_start": os.getloadavg(), "runs": []}
+    # Figures from a shared host mean little without the load they were measured under.
+    results = {"cpu": cpu_name(), "cores": os.cpu_count(), "load_average_at_start": os.getloadavg(), "runs": []}
     for actors in (1, 2):
         results["runs"].append(run(texts, actors, args.batch_size))
         print(json.dumps(results["runs"][-1]))
     ray.shutdown()
+    results["load_average_at_end"] = os.getloadavg()
     RESULTS.write_text(json.dumps(results, indent=1) + "\n")
 
 

@@ -40,11 +40,15 @@ def read(paths: list[str]):
 
 
 def chunk(row: dict) -> list[dict]:
+    """The row's chunks, each with an id made of its source and a digest of its text: the rows of one JSONL or
+    parquet file share a source, and a re-run over the same files must reproduce the same ids."""
+    import hashlib
+
     from langchain_text_splitters import RecursiveCharacterTextSplitter
 
     splitter = RecursiveCharacterTextSplitter(chunk_size=CHUNK_CHARS, chunk_overlap=80)
-    return [{"id": f"{row['source']}#{n}", "source": row["source"], "text": text}
-            for n, text in enumerate(splitter.split_text(row["text"]))]
+    return [{"id": f"{row['source']}#{hashlib.sha256(text.encode()).hexdigest()[:16]}", "source": row["source"],
+             "text": text} for text in splitter.split_text(row["text"])]
 
 
 if __name__ == "__main__":
@@ -81,10 +85,13 @@ if __name__ == "__main__":
                             batch_size=args.batch_size)
     started, written, shown = time.monotonic(), 0, 0.0
     for batch in vectors.iter_batches(batch_size=512, batch_format="numpy"):
-        # upsert: a re-run over the same files replaces their chunks instead of duplicating them
-        collection.upsert(ids=batch["id"].tolist(), embeddings=batch["embedding"], documents=batch["text"].tolist(),
-                          metadatas=[{"source": s} for s in batch["source"].tolist()])
-        written += len(batch["id"])
+        # upsert: a re-run over the same files replaces their chunks instead of duplicating them. Identical chunks
+        # of one source share an id and are stored once (Chroma refuses a repeated id within one call).
+        rows = list({chunk_id: row for row, chunk_id in enumerate(batch["id"].tolist())}.values())
+        collection.upsert(ids=batch["id"][rows].tolist(), embeddings=batch["embedding"][rows],
+                          documents=batch["text"][rows].tolist(),
+                          metadatas=[{"source": s} for s in batch["source"][rows].tolist()])
+        written += len(rows)
         if time.monotonic() - shown > 5:
             shown = time.monotonic()
             print(f"{written} chunks written, {written / (shown - started):.0f}/s", flush=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import multiprocessing
 import os
 import uuid
 from collections.abc import Callable, Iterable, Sequence, Sized
@@ -121,6 +122,12 @@ class PoolingEngine:
                 "vLLM's engine processes instead (in_process=False).", self.model
             )
             in_process = False
+        if not in_process and multiprocessing.current_process().daemon:
+            # vLLM would fail deep inside with "daemonic processes are not allowed to have children".
+            raise EngineStartError(
+                f"vLLM could not start an engine for {self.model}: in_process=False runs it in child processes, "
+                "which a daemonic process (a multiprocessing Pool worker) cannot start; use in_process=True there."
+            )
         from vllm import AsyncEngineArgs, envs
         from vllm.v1.engine.async_llm import AsyncLLM
 

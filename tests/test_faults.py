@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
 import shutil
 import signal
 import threading
@@ -163,6 +164,16 @@ def test_unsupported_architecture_is_refused_before_any_process_starts(tmp_path)
     before = engine_processes()
     with pytest.raises(ModelNotSupportedError, match="architecture 'T5ForConditionalGeneration'"):
         PoolingEngine(tmp_path, device="cpu")
+    assert engine_processes() == before
+
+
+def test_engine_processes_in_a_daemonic_process_are_refused_in_one_sentence(minilm, monkeypatch):
+    # A multiprocessing Pool worker is daemonic: it may not have children, so only an in-process engine runs there.
+    monkeypatch.setattr(multiprocessing.current_process(), "daemon", True)
+    before = engine_processes()
+    with pytest.raises(EngineStartError, match=r"daemonic process \(a multiprocessing Pool worker\) cannot start; "
+                                               r"use in_process=True there\.$"):
+        PoolingEngine(minilm, device="cpu", dtype="float32", in_process=False)
     assert engine_processes() == before
 
 
