@@ -144,14 +144,21 @@ def per_prompt_attention(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bounds: list[tuple[int, int]], causal: bool,
     scale: float, output: torch.Tensor,
 ) -> None:
-    """Each prompt's rows attend among themselves through torch's fused attention, written into ``output``."""
+    """Each prompt's rows attend among themselves through torch's fused attention, written into ``output``'s
+    first rows (one per prompt token)."""
+    if not bounds:
+        return
     gqa = key.shape[1] != query.shape[1]
     # [1, heads, tokens, head_size] views: torch's CPU flash kernel takes 4-d inputs only (else its math path).
-    q, k, v, out = (t.transpose(0, 1).unsqueeze(0) for t in (query, key, value, output))
-    for start, end in bounds:
-        out[:, :, start:end] = torch.nn.functional.scaled_dot_product_attention(
+    q, k, v = (t.transpose(0, 1).unsqueeze(0) for t in (query, key, value))
+    parts = [
+        torch.nn.functional.scaled_dot_product_attention(
             q[:, :, start:end], k[:, :, start:end], v[:, :, start:end], is_causal=causal, scale=scale, enable_gqa=gqa
         )
+        for start, end in bounds
+    ]
+    # One copy per layer rather than one per prompt: every copy is a parallel region, each a wait for all threads.
+    output[: bounds[-1][1]].copy_(torch.cat(parts, dim=2)[0].transpose(0, 1))
 
 
 def packed_attention(
