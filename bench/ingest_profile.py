@@ -5,7 +5,8 @@
 ``profile_ingest`` takes a live in-process ``PoolingEngine`` and splits one ingest's wall time into tokenization,
 the engine's steps (vLLM's scheduler and output processing, the runner's Python per step, and the ops of the
 forward: GEMMs, attention, element-wise and other ops, from torch.profiler on the step thread) and the rest
-(request submission, result gathering). ``model_gemm_rate`` times ``F.linear`` on the model's own weight shapes
+(request submission, result gathering). Tokenization is timed on its own just before the ingest (it precedes the
+first step), so under changing load the rest can come out negative. ``model_gemm_rate`` times ``F.linear`` on the model's own weight shapes
 at a step's token count, in the engine's dtype: the rate the ingest's model FLOP/s is measured against.
 """
 
