@@ -11,11 +11,38 @@ def _ratio(value: float, base: float | None) -> str:
     return f"{value / base:.2f}x" if base else "-"
 
 
+def _number(value: float | None, digits: int) -> str:
+    """Rows from runs before a column existed show "-"."""
+    return f"{value:.{digits}f}" if value is not None else "-"
+
+
+def _profile(label: str, profiles: dict[str, Any]) -> list[str]:
+    """One profiled ingest per system: where the wall time went (bench/ingest_profile.py)."""
+    names = list(profiles)
+    parts = list(next(iter(profiles.values()))["parts_s"])
+    lines = [f"**Where one ingest's time goes: {label}** (torch.profiler on the engine's step thread; the profiler "
+             "slows the ops a little; % of the profiled wall time)", "",
+             "| part | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for part in parts:
+        cells = [f"{100 * p['parts_s'][part] / p['wall_s']:.1f}%" for p in profiles.values()]
+        lines.append(f"| {part} | " + " | ".join(cells) + " |")
+    walls = [f"{p['wall_s']:.1f} s, {p['steps']}" for p in profiles.values()]
+    lines.append("| wall, steps | " + " | ".join(walls) + " |")
+    lines.append("")
+    for name, p in profiles.items():
+        top = ", ".join(f"`{op}` {seconds:.2f} s" for op, seconds in list(p["top_ops_s"].items())[:6])
+        lines.append(f"- {name}, largest ops (self time): {top}")
+    lines.append("")
+    return lines
+
+
 def markdown(results: dict[str, Any], tag: str) -> str:
     machine = results["machine"]
     gemm = machine["gemm_gflops"]
+    load = " ".join(f"{x:.1f}" for x in machine.get("load_at_start", ()))
     lines = [
-        f"{machine['cpus']} CPUs, {machine['platform']}; torch GEMM rate measured in this run: "
+        f"{machine.get('cpu', '?')} ({machine.get('cpu_class', '?')}), {machine['cpus']} CPUs, {machine['platform']}, "
+        f"load average {load} at the start; torch GEMM rate ([512 x 1024] @ [1024 x 4096]) measured in this run: "
         f"fp32 {gemm['float32']:.0f} GFLOP/s, bf16 {gemm['bfloat16']:.0f} GFLOP/s. Medians of "
         f"{results['settings']['repeats']} alternating repeats.",
         "",
@@ -24,12 +51,15 @@ def markdown(results: dict[str, Any], tag: str) -> str:
     for key, model in results["models"].items():
         corpus = model["corpus"]
         if "ingest" in model:
+            rates = ", ".join(f"{d} {r:.0f}" for d, r in model.get("model_gemm_gflops", {}).items())
             lines += [
                 f"**Ingest: {model['label']}**, {corpus['passages']} passages, {corpus['tokens']} tokens "
-                f"(mean {corpus['mean_tokens']:.0f}, capped at {results['settings']['max_length']})",
+                f"(mean {corpus['mean_tokens']:.0f}, capped at {results['settings']['max_length']}); GEMM on the "
+                f"model's own weight shapes at a 4,096-token step, measured in every repeat: {rates} GFLOP/s",
                 "",
-                "| system | passages/s | tokens/s | x ST best | min cosine vs fp32 | FLOP/s / GEMM | steps / 1000 | useful / computed |",
-                "|---|---|---|---|---|---|---|---|",
+                "| system | passages/s | tokens/s | x ST best | min cosine vs fp32 | model GFLOP/s "
+                "| / GEMM (model shapes) | steps / 1000 | useful / computed |",
+                "|---|---|---|---|---|---|---|---|---|",
             ]
             base = model["ingest"].get(st_best, {}).get("passages_per_s")
             for name, row in model["ingest"].items():
@@ -39,9 +69,11 @@ def markdown(results: dict[str, Any], tag: str) -> str:
                 lines.append(
                     f"| {name} | {row['passages_per_s']:.1f} | {row['tokens_per_s']:.0f} | "
                     f"{_ratio(row['passages_per_s'], base)} | {row['min_cosine_vs_fp32']:.5f}{ref} | "
-                    f"{row['flops_fraction_of_gemm']:.2f} | {steps} | {useful} |"
+                    f"{_number(row.get('model_gflops'), 1)} | {_number(row.get('gemm_efficiency'), 2)} | {steps} | {useful} |"
                 )
             lines.append("")
+        if "profile" in model:
+            lines += _profile(model["label"], model["profile"])
         if "query" in model:
             floor = min(row["p50_ms"] for name, row in model["query"].items() if name.startswith("bare forward"))
             lines += [f"**Warm single query: {model['label']}** (bare forward: tokenize, one transformers forward, "

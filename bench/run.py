@@ -22,6 +22,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import ingest_profile  # noqa: E402
 import models  # noqa: E402
 import report  # noqa: E402
 import workloads  # noqa: E402
@@ -29,6 +30,7 @@ from systems import specs  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 QUERY = "How do I catch an exception and raise a different one?"
+FULL_STEP = 4096  # the bundled runner's default step budget: most of an ingest's steps have this many tokens
 
 
 def best_dtype() -> str:
@@ -76,8 +78,19 @@ def run_model(key: str, work: dict[str, list[str]], args: argparse.Namespace, ta
     if "ingest" in work:
         print(f"{model.label}: ingest", flush=True)
         systems = build(work["ingest"], table, path, False)
+        dtypes = sorted({table[name].dtype for name in work["ingest"] if table[name].kind == "rbln"})
+        # The rate the model's FLOP/s are held against: F.linear on its own weight shapes at a full step.
+        gemm = {d: (lambda d=d: ingest_profile.model_gemm_rate(path, d, FULL_STEP)) for d in dtypes}
         try:
-            rows, vectors = workloads.ingest(systems, texts, 1 if big else args.repeats, out["corpus"]["tokens"])
+            rows, vectors, rates = workloads.ingest(systems, texts, 1 if big else args.repeats,
+                                                    out["corpus"]["tokens"], gemm)
+            out["model_gemm_gflops"] = {d: r / 1e9 for d, r in rates.items()}
+            if key in args.profile.split(","):
+                out["profile"] = {}
+                for name in work["ingest"]:
+                    if table[name].kind == "rbln" and "one request" not in name:
+                        print(f"  profiling {name}", flush=True)
+                        out["profile"][name] = ingest_profile.profile_ingest(systems[name].engine, texts)
         finally:
             for s in systems.values():
                 s.close()
@@ -90,8 +103,9 @@ def run_model(key: str, work: dict[str, list[str]], args: argparse.Namespace, ta
         for name, row in rows.items():
             row["min_cosine_vs_fp32"] = workloads.min_cosine(vectors[name][:ref_n], reference)
             row["reference_passages"] = ref_n
-            gemm = args.gemm["bfloat16" if table[name].dtype == "bfloat16" else "float32"]
-            row["flops_fraction_of_gemm"] = row["tokens_per_s"] * flops / gemm
+            row["model_gflops"] = row["tokens_per_s"] * flops / 1e9
+            if table[name].dtype in rates:
+                row["gemm_efficiency"] = row["tokens_per_s"] * flops / rates[table[name].dtype]
         out["ingest"] = rows
     if "query" in work:
         print(f"{model.label}: query latency and concurrency", flush=True)
@@ -137,6 +151,7 @@ def main() -> None:
     parser.add_argument("--cold-repeats", type=int, default=2)
     parser.add_argument("--model-dir", type=Path, default=Path("/tmp/rbln-bench-models"))
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--profile", default="minilm", help="models whose ingest is also profiled (torch.profiler)")
     parser.add_argument("--quick", action="store_true", help="MiniLM only, fewer repeats: a smoke run")
     args = parser.parse_args()
     if args.quick:
@@ -147,7 +162,8 @@ def main() -> None:
     args.gemm = {d: workloads.gemm_rate(d) for d in ("float32", "bfloat16")}
     started = time.time()
     results = {
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "best_dtype": dtype,
+        "machine": {"cpu": ingest_profile.cpu_name(), "cpu_class": ingest_profile.cpu_class(), "cpus": os.cpu_count(),
+                    "platform": platform.platform(), "best_dtype": dtype, "load_at_start": os.getloadavg(),
                     "gemm_gflops": {d: r / 1e9 for d, r in args.gemm.items()}},
         "settings": {k: v for k, v in vars(args).items() if k not in ("gemm", "model_dir", "out")},
         "models": {},
@@ -162,6 +178,7 @@ def main() -> None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "results.json").write_text(json.dumps(results, indent=1, default=str))
     results["wall_seconds"] = time.time() - started
+    results["machine"]["load_at_end"] = os.getloadavg()
     (args.out / "results.json").write_text(json.dumps(results, indent=1, default=str))
     markdown = report.markdown(results, tag)
     (args.out / "results.md").write_text(markdown)

@@ -10,6 +10,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,14 +23,22 @@ def _percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q))
 
 
-def ingest(systems: dict[str, System], texts: list[str], repeats: int, tokens: int) -> dict[str, dict[str, Any]]:
-    """Embed the whole corpus ``repeats`` times per system, alternating systems between repeats."""
+def ingest(
+    systems: dict[str, System], texts: list[str], repeats: int, tokens: int,
+    gemm: dict[str, Callable[[], float]] | None = None,
+) -> tuple[dict[str, dict[str, Any]], dict[str, np.ndarray], dict[str, float]]:
+    """Embed the whole corpus ``repeats`` times per system, alternating systems between repeats; ``gemm``'s rate
+    measurements (FLOP/s per dtype) run in every repeat too, and their medians come back third."""
+    gemm = gemm or {}
+    rates: dict[str, list[float]] = {dtype: [] for dtype in gemm}
     seconds: dict[str, list[float]] = {name: [] for name in systems}
     vectors: dict[str, np.ndarray] = {}
     counts: dict[str, dict[str, int]] = {}
     for name, system in systems.items():
         system.embed(texts[:8])  # first-call costs (tokenizer, oneDNN primitives) are not ingest
     for _ in range(repeats):
+        for dtype, measure in gemm.items():
+            rates[dtype].append(measure())
         for name, system in systems.items():
             system.forget_prefixes()
             before = system.counters()
@@ -53,7 +62,7 @@ def ingest(systems: dict[str, System], texts: list[str], repeats: int, tokens: i
             row["steps_per_1000"] = c["steps"] * 1000 / len(texts)
             row["useful_over_computed"] = c["useful_tokens"] / c["computed_tokens"]
         results[name] = row
-    return results, vectors
+    return results, vectors, {dtype: statistics.median(r) for dtype, r in rates.items()}
 
 
 def min_cosine(vectors: np.ndarray, reference: np.ndarray) -> float:

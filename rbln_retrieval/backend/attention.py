@@ -11,8 +11,10 @@ Two implementations (``BundledConfig.kernels``), both parity-tested against the 
   shapes depend on the bucket only, traced into
   the compiled graph (the platform turns vLLM's opaque attention op off for it): what a static-shape NPU graph
   needs. Padding rows attend to themselves so they stay finite.
-- ``host``: vLLM's own variable-length CPU kernel on the real tokens only, behind vLLM's opaque attention op,
-  padding rows zeroed; on the CPU it avoids the bucket-squared mask (bench/backend.py measures both).
+- ``host``: behind vLLM's opaque attention op, each prompt's rows attend among themselves through torch's fused
+  CPU attention (flash kernel), padding rows zeroed. vLLM's own CPU kernel would first copy every layer's keys
+  and values into a scratch cache and needs per-step scheduler metadata; on short packed prompts that costs more
+  than the attention itself (bench/ingest_profile.py shows both).
 
 No step reads KV context (the bundled runner turns chunked prefill and prefix caching off), so nothing is
 written to the KV cache: pooling requests finish in the step that computes them.
@@ -26,12 +28,7 @@ from typing import ClassVar
 import torch
 from vllm.config import VllmConfig
 from vllm.v1.attention.backend import AttentionImpl, AttentionMetadataBuilder, AttentionType, CommonAttentionMetadata
-from vllm.v1.attention.backends.cpu_attn import (
-    CPUAttentionBackend,
-    CPUAttentionBackendImpl,
-    CPUAttentionMetadata,
-    CPUAttentionMetadataBuilder,
-)
+from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
 from vllm.v1.kv_cache_interface import AttentionSpec, EncoderOnlyAttentionSpec
 
 from rbln_retrieval.backend.config import BundledConfig
@@ -47,8 +44,8 @@ class PackedAttentionMetadata:
     causal: bool
     # static path: per-token request index, padding rows -1 (they attend only among themselves)
     seq_ids: torch.Tensor
-    # host path: vLLM's CPU kernel metadata for the real tokens (None on the static path)
-    host: CPUAttentionMetadata | None = None
+    # host path: each prompt's (start, end) rows (None on the static path)
+    bounds: list[tuple[int, int]] | None = None
 
 
 class PackedAttentionMetadataBuilder(AttentionMetadataBuilder[PackedAttentionMetadata]):
@@ -57,13 +54,7 @@ class PackedAttentionMetadataBuilder(AttentionMetadataBuilder[PackedAttentionMet
     ) -> None:
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
         self.encoder_only = isinstance(kv_cache_spec, EncoderOnlyAttentionSpec)
-        self.impl = BundledConfig.from_vllm_config(vllm_config).kernels
-        self.kernel: CPUAttentionMetadataBuilder | None = None
-        if self.impl == "host":
-            # The CPU kernel's scratch-cache path (its encoder path) attends within the step's own tokens,
-            # causal or not: exactly a context-free step.
-            self.kernel = CPUAttentionMetadataBuilder(kv_cache_spec, layer_names, vllm_config, device)
-            self.kernel.is_encoder_only_attention = True
+        self.host = BundledConfig.from_vllm_config(vllm_config).kernels == "host"
 
     def build(
         self,
@@ -85,24 +76,11 @@ class PackedAttentionMetadataBuilder(AttentionMetadataBuilder[PackedAttentionMet
         # int32 sequence indices, as vllm-rbln casts them for the NPU.
         seq_ids = torch.full((bucket,), -1, dtype=torch.int32)
         seq_ids[:real] = torch.repeat_interleave(torch.arange(cm.num_reqs, dtype=torch.int32), query_lens)
-        host = None
-        if self.kernel is not None:
-            real_cm = CommonAttentionMetadata(
-                query_start_loc=cm.query_start_loc,
-                query_start_loc_cpu=cm.query_start_loc_cpu,
-                seq_lens=cm.seq_lens,
-                num_reqs=cm.num_reqs,
-                num_actual_tokens=real,
-                max_query_len=cm.max_query_len,
-                max_seq_len=cm.max_seq_len,
-                block_table_tensor=cm.block_table_tensor,
-                # The kernel writes its scratch slots here: never into the scheduler's slot mapping.
-                slot_mapping=torch.empty(real, dtype=torch.int64),
-                causal=causal,
-                positions=cm.positions[:real],
-            )
-            host = self.kernel.build(common_prefix_len, real_cm, fast_build)
-        return PackedAttentionMetadata(bucket, real, causal, seq_ids, host)
+        bounds = None
+        if self.host:
+            starts = query_start.tolist()
+            bounds = list(zip(starts[:-1], starts[1:]))
+        return PackedAttentionMetadata(bucket, real, causal, seq_ids, bounds)
 
 
 class PackedAttentionImpl(AttentionImpl[PackedAttentionMetadata]):
@@ -133,11 +111,6 @@ class PackedAttentionImpl(AttentionImpl[PackedAttentionMetadata]):
         self.num_kv_heads = num_kv_heads
         self.head_size = head_size
         self.scale = float(scale)
-        # The host path delegates the real tokens to vLLM's CPU kernel (its scratch-cache encoder path).
-        self.kernel = CPUAttentionBackendImpl(
-            num_heads, head_size, scale, num_kv_heads, None, None, kv_cache_dtype,
-            attn_type=AttentionType.ENCODER_ONLY,
-        )
 
     def forward(
         self,
@@ -156,16 +129,36 @@ class PackedAttentionImpl(AttentionImpl[PackedAttentionMetadata]):
         if attn_metadata is None:  # vLLM's profiling pass
             return output
         md = attn_metadata
-        if md.host is not None:
-            real = md.num_real_tokens
-            self.kernel.forward(layer, query[:real], key[:real], value[:real], kv_cache, md.host, output[:real])
-            output[real : md.num_actual_tokens].zero_()
+        if md.bounds is not None:
+            per_prompt_attention(query, key, value, md.bounds, md.causal, self.scale, output)
+            output[md.num_real_tokens : md.num_actual_tokens].zero_()
             return output
         output[: md.num_actual_tokens] = packed_attention(
             query[: md.num_actual_tokens], key[: md.num_actual_tokens], value[: md.num_actual_tokens],
             md.seq_ids, md.causal, self.scale,
         )
         return output
+
+
+def per_prompt_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bounds: list[tuple[int, int]], causal: bool,
+    scale: float, output: torch.Tensor,
+) -> None:
+    """Each prompt's rows attend among themselves through torch's fused attention, written into ``output``'s
+    first rows (one per prompt token)."""
+    if not bounds:
+        return
+    gqa = key.shape[1] != query.shape[1]
+    # [1, heads, tokens, head_size] views: torch's CPU flash kernel takes 4-d inputs only (else its math path).
+    q, k, v = (t.transpose(0, 1).unsqueeze(0) for t in (query, key, value))
+    parts = [
+        torch.nn.functional.scaled_dot_product_attention(
+            q[:, :, start:end], k[:, :, start:end], v[:, :, start:end], is_causal=causal, scale=scale, enable_gqa=gqa
+        )
+        for start, end in bounds
+    ]
+    # One copy per layer rather than one per prompt: every copy is a parallel region, each a wait for all threads.
+    output[: bounds[-1][1]].copy_(torch.cat(parts, dim=2)[0].transpose(0, 1))
 
 
 def packed_attention(

@@ -6,8 +6,8 @@ Callers tune them through ``PoolingEngine(..., engine_kwargs={"additional_config
 - ``buckets``: explicit token-count buckets (default: ``buckets.derive_buckets``, at most 16);
 - ``step_cost_tokens``: a step's fixed cost in tokens, which the packing scheduler weighs against padding
   (default 64; raise it where a graph launch costs more than that much compute);
-- ``kernels``: "host" (the host default: vLLM's CPU kernels for attention and RMSNorm, called outside the graph,
-  and BERT blocks' GELU and residual adds written in place) or "static" (everything in torch ops traced into the
+- ``kernels``: "host" (the host default: torch's fused CPU attention per packed prompt and vLLM's C RMSNorm,
+  called outside the graph, and BERT blocks' GELU and residual adds written in place) or "static" (everything in torch ops traced into the
   bucket graph, masked bucket attention included: what the NPU compiles, and always used there);
 - ``host_compile_backend``: "none" (default: the host runs the same bucket-shaped forward without tracing it),
   "eager" (dynamo traces one graph per bucket) or "inductor"; ``strict_shapes`` always traces;
@@ -48,7 +48,7 @@ def cache_root() -> Path:
 class BundledConfig:
     target: Literal["host", "rbln"] = "host"
     buckets: tuple[int, ...] = ()
-    # "host": vLLM's CPU kernels (variable-length attention, RMSNorm); "static": torch ops only, in the graph.
+    # "host": CPU kernels (fused attention per prompt, vLLM's RMSNorm); "static": torch ops only, in the graph.
     kernels: Literal["host", "static"] = "host"
     # host target only: the torch.compile backend that runs the graphs ("eager" traces without codegen). "none"
     # skips tracing: about 0.5 s per bucket at every start, and the CPU gains nothing from an uncompiled trace.
@@ -135,7 +135,7 @@ def engine_overrides(
     if bundled.compile_only and target != "rbln":
         raise ValueError("compile_only compiles for an NPU; it needs device='rbln'.")
     if target == "rbln" and bundled.kernels == "host":
-        # vLLM's CPU kernels cannot run inside an NPU graph: the NPU always takes the static path.
+        # Host kernels cannot run inside an NPU graph: the NPU always takes the static path.
         bundled = BundledConfig(**{**asdict(bundled), "kernels": "static"})
     static = {"compilation_config": {"custom_ops": NATIVE_CUSTOM_OPS}} if bundled.kernels == "static" else {}
     return {

@@ -60,7 +60,7 @@ class BundledPlatform(CpuPlatform):
     @classmethod
     def opaque_attention_op(cls) -> bool:
         """Static kernels put attention inside the compiled graph (an NPU graph must contain it); host kernels keep
-        it behind vLLM's opaque attention op, which calls the CPU kernel outside the graph."""
+        it behind vLLM's opaque attention op, which calls the host attention outside the graph."""
         from vllm.config import get_current_vllm_config
 
         config = get_current_vllm_config()

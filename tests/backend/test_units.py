@@ -154,6 +154,23 @@ def test_static_attention_matches_per_sequence_attention(causal):
     assert torch.isfinite(out[real:]).all(), "padding rows feed later layers and must stay finite"
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_host_attention_matches_per_sequence_attention(causal):
+    """The host path: grouped-query heads, a one-token prompt, padding rows left for the caller to zero."""
+    from rbln_retrieval.backend import attention
+
+    torch.manual_seed(0)
+    lengths, bucket = [5, 1, 300, 37], 512
+    q, k, v = torch.randn(bucket, 4, 32), torch.randn(bucket, 2, 32), torch.randn(bucket, 2, 32)
+    starts = [0, 5, 6, 306, 343]
+    out = torch.full((bucket, 4, 32), float("nan"))
+    attention.per_prompt_attention(q, k, v, list(zip(starts[:-1], starts[1:])), causal, 0.17, out)
+    real = sum(lengths)
+    expected = _per_sequence(q[:real], k[:real], v[:real], lengths, causal, 0.17)
+    assert (out[:real] - expected).abs().max() <= FP32_ACROSS_KERNELS
+    assert out[real:].isnan().all(), "rows past the prompts are not written"
+
+
 def test_strict_recording_backend_raises_on_a_compile_after_warmup():
     from rbln_retrieval.backend.compile import CompileAfterWarmupError, RecordingBackend, strict_errors
 
@@ -184,10 +201,12 @@ def test_wrapped_encoder_only_builder_takes_only_vllms_arguments():
 
     wrapped = create_encoder_only_attention_backend(PackedAttentionBackend).get_builder_cls()
     assert wrapped is not PackedAttentionMetadataBuilder and issubclass(wrapped, PackedAttentionMetadataBuilder)
-    # (the host implementation's builder needs a loaded model; the engine tests run it wrapped)
-    config = VllmConfig(additional_config={"rbln_retrieval": {"buckets": [8], "kernels": "static"}})
     spec = EncoderOnlyAttentionSpec(block_size=128, num_kv_heads=2, head_size=32, dtype=torch.float32)
-    builder = wrapped(spec, [], config, torch.device("cpu"))
+    builders = {
+        kernels: wrapped(spec, [], VllmConfig(additional_config={"rbln_retrieval": {"buckets": [8], "kernels": kernels}}),
+                         torch.device("cpu"))
+        for kernels in ("static", "host")
+    }
     starts = torch.tensor([0, 3, 5], dtype=torch.int32)
     common = CommonAttentionMetadata(
         query_start_loc=starts, query_start_loc_cpu=starts, seq_lens=torch.tensor([3, 2], dtype=torch.int32),
@@ -195,9 +214,12 @@ def test_wrapped_encoder_only_builder_takes_only_vllms_arguments():
         block_table_tensor=torch.zeros(2, 1, dtype=torch.int32), slot_mapping=torch.zeros(5, dtype=torch.int64),
         causal=True, positions=torch.tensor([0, 1, 2, 0, 1, 0, 0, 0]),
     )
-    metadata = builder.build(0, common, False)
+    metadata = builders["static"].build(0, common, False)
     assert (metadata.num_actual_tokens, metadata.num_real_tokens, metadata.causal) == (8, 5, False)
     assert metadata.seq_ids.tolist() == [0, 0, 0, 1, 1, -1, -1, -1]
+    assert metadata.bounds is None
+    host = builders["host"].build(0, common, False)
+    assert (host.num_actual_tokens, host.num_real_tokens, host.causal, host.bounds) == (8, 5, False, [(0, 3), (3, 5)])
     assert common.causal is True, "the wrapper copies the metadata before it sets causal=False"
 
 
