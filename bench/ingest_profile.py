@@ -191,10 +191,9 @@ def print_profile(label: str, profile: dict[str, Any]) -> None:
 
 
 def main() -> None:
-    from models import corpus, flops_per_token
+    from models import corpus, flops_per_token, minilm_path
 
     from rbln_retrieval import PoolingEngine
-    from rbln_retrieval.testing import minilm_path
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--passages", type=int, default=520)
