@@ -13,7 +13,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 
-from model_builders import (  # noqa: E402
+from model_builders import (
     BUILDERS,
     HUB_MINILM,
     HUB_TINY,

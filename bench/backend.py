@@ -29,7 +29,7 @@ os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from models import corpus, minilm_path, qwen3_shaped  # noqa: E402
+from models import corpus, minilm_path, qwen3_shaped
 
 
 def _install_step_counter(worker: Any) -> None:
@@ -119,8 +119,12 @@ def main() -> None:
     models = {
         "minilm": ("all-MiniLM-L6-v2 (fp32)", minilm_path, "float32", list(CONFIGS)),
         "minilm-bf16": ("all-MiniLM-L6-v2 (bf16)", minilm_path, "bfloat16", ["bundled", "stock vLLM"]),
-        "qwen3": ("Qwen3-0.6B-shaped, random (bf16)", lambda: qwen3_shaped(args.model_dir), "bfloat16",
-                  ["bundled", "stock vLLM", "one request/step padded (upstream RBLN)"]),
+        "qwen3": (
+            "Qwen3-0.6B-shaped, random (bf16)",
+            lambda: qwen3_shaped(args.model_dir),
+            "bfloat16",
+            ["bundled", "stock vLLM", "one request/step padded (upstream RBLN)"],
+        ),
     }
     rows = []
     for key in args.models.split(","):
@@ -143,25 +147,34 @@ def main() -> None:
         results = {}
         for name, contender in contenders.items():
             results[name] = {**contender.result(), "vectors": contender.vectors}
-            print(f"{label} | {name}: " + json.dumps({k: v for k, v in results[name].items() if k != "vectors"}),
-                  flush=True)
+            print(
+                f"{label} | {name}: " + json.dumps({k: v for k, v in results[name].items() if k != "vectors"}),
+                flush=True,
+            )
         reference = results["stock vLLM"]
         for name, r in results.items():
             drift = float(np.abs(r["vectors"] - reference["vectors"]).max())
-            rows.append({
-                "model": label, "runner": name, "steps_per_1000": round(r["steps_per_1000"], 1),
-                "useful_over_computed": round(r["useful_over_computed"], 3),
-                "passages_per_s": round(r["passages_per_s"], 1),
-                "x_stock": round(r["passages_per_s"] / reference["passages_per_s"], 2),
-                "max_abs_diff_vs_stock": drift, "tokens": r["tokens"],
-            })
+            rows.append(
+                {
+                    "model": label,
+                    "runner": name,
+                    "steps_per_1000": round(r["steps_per_1000"], 1),
+                    "useful_over_computed": round(r["useful_over_computed"], 3),
+                    "passages_per_s": round(r["passages_per_s"], 1),
+                    "x_stock": round(r["passages_per_s"] / reference["passages_per_s"], 2),
+                    "max_abs_diff_vs_stock": drift,
+                    "tokens": r["tokens"],
+                }
+            )
     args.out.write_text(json.dumps({"passages": args.passages, "max_length": args.max_length, "rows": rows}, indent=2))
     print(f"\n{args.passages} passages, max_length {args.max_length}, {os.cpu_count()} CPUs\n")
     print("| model | runner | steps / 1000 passages | useful / computed tokens | passages/s | x stock |")
     print("|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['model']} | {r['runner']} | {r['steps_per_1000']} | {r['useful_over_computed']} "
-              f"| {r['passages_per_s']} | {r['x_stock']} |")
+        print(
+            f"| {r['model']} | {r['runner']} | {r['steps_per_1000']} | {r['useful_over_computed']} "
+            f"| {r['passages_per_s']} | {r['x_stock']} |"
+        )
 
 
 if __name__ == "__main__":

@@ -6,8 +6,9 @@
 the engine's steps (vLLM's scheduler and output processing, the runner's Python per step, and the ops of the
 forward: GEMMs, attention, element-wise and other ops, from torch.profiler on the step thread) and the rest
 (request submission, result gathering). Tokenization is timed on its own just before the ingest (it precedes the
-first step), so under changing load the rest can come out negative. ``model_gemm_rate`` times ``F.linear`` on the model's own weight shapes
-at a step's token count, in the engine's dtype: the rate the ingest's model FLOP/s is measured against.
+first step), so under changing load the rest can come out negative. ``model_gemm_rate`` times ``F.linear`` on the
+model's own weight shapes at a step's token count, in the engine's dtype: the rate the ingest's model FLOP/s is
+measured against.
 """
 
 from __future__ import annotations
@@ -29,12 +30,39 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 CATEGORIES = (
     ("gemm", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "onednn_mm", "mkldnn", "aten::_mkl")),
     ("attention", ("attention", "attn")),
-    ("element-wise", (
-        "gelu", "layer_norm", "rms_norm", "softmax", "aten::add", "aten::mul", "aten::div", "aten::sub",
-        "aten::copy_", "aten::zero_", "aten::fill_", "aten::tanh", "aten::silu", "aten::where", "aten::clone",
-        "aten::to", "aten::_to_copy", "aten::contiguous", "aten::embedding", "aten::index", "aten::rsqrt",
-        "aten::pow", "aten::mean", "aten::sum", "aten::norm", "aten::clamp", "aten::cat", "aten::masked",
-    )),
+    (
+        "element-wise",
+        (
+            "gelu",
+            "layer_norm",
+            "rms_norm",
+            "softmax",
+            "aten::add",
+            "aten::mul",
+            "aten::div",
+            "aten::sub",
+            "aten::copy_",
+            "aten::zero_",
+            "aten::fill_",
+            "aten::tanh",
+            "aten::silu",
+            "aten::where",
+            "aten::clone",
+            "aten::to",
+            "aten::_to_copy",
+            "aten::contiguous",
+            "aten::embedding",
+            "aten::index",
+            "aten::rsqrt",
+            "aten::pow",
+            "aten::mean",
+            "aten::sum",
+            "aten::norm",
+            "aten::clamp",
+            "aten::cat",
+            "aten::masked",
+        ),
+    ),
 )
 
 
@@ -56,8 +84,12 @@ def model_shapes(path: Path) -> list[tuple[int, int]]:
     kv_heads = config.get("num_key_value_heads", heads)
     inter = config["intermediate_size"]
     gated = "qwen" in config.get("model_type", "")
-    return [(hidden, head_dim * (heads + 2 * kv_heads)), (head_dim * heads, hidden),
-            (hidden, inter * (2 if gated else 1)), (inter, hidden)]
+    return [
+        (hidden, head_dim * (heads + 2 * kv_heads)),
+        (head_dim * heads, hidden),
+        (hidden, inter * (2 if gated else 1)),
+        (inter, hidden),
+    ]
 
 
 def model_gemm_rate(path: Path, dtype: str, tokens: int, repeats: int = 10) -> float:
@@ -68,8 +100,9 @@ def model_gemm_rate(path: Path, dtype: str, tokens: int, repeats: int = 10) -> f
     import torch
 
     torch_dtype = getattr(torch, dtype)
-    pairs = [(torch.randn(tokens, k, dtype=torch_dtype), torch.randn(n, k, dtype=torch_dtype))
-             for k, n in model_shapes(path)]
+    pairs = [
+        (torch.randn(tokens, k, dtype=torch_dtype), torch.randn(n, k, dtype=torch_dtype)) for k, n in model_shapes(path)
+    ]
     flops = sum(2 * tokens * w.shape[0] * w.shape[1] for _, w in pairs)
     seconds = []
     with torch.inference_mode():
@@ -204,8 +237,9 @@ def main() -> None:
     args = parser.parse_args()
     path, texts = minilm_path(), corpus(args.passages)
     extra = {"additional_config": {"rbln_retrieval": {"kernels": args.kernels}}} if args.kernels else {}
-    engine = PoolingEngine(path, device="cpu", dtype=args.dtype, runner=args.runner, max_length=args.max_length,
-                           engine_kwargs=extra)
+    engine = PoolingEngine(
+        path, device="cpu", dtype=args.dtype, runner=args.runner, max_length=args.max_length, engine_kwargs=extra
+    )
     try:
         engine.embed(texts[:8])
         tokens = sum(len(t.ids) for t in engine.tokenizer.encode_texts(texts, engine.family.document_prefix(None)))
@@ -219,8 +253,10 @@ def main() -> None:
     model_flops = tokens / plain_s * flops_per_token(path, tokens / len(texts))
     print(f"CPU: {cpu_name()} ({cpu_class()}), {os.cpu_count()} CPUs; load {os.getloadavg()}")
     print_profile(f"{args.runner} {args.kernels or ''} {args.dtype}, profiled", profile)
-    print(f"unprofiled: {len(texts) / plain_s:.1f} passages/s, model {model_flops / 1e9:.1f} GFLOP/s; "
-          f"GEMM on the model's shapes {gemm / 1e9:.1f} GFLOP/s; efficiency {model_flops / gemm:.2f}")
+    print(
+        f"unprofiled: {len(texts) / plain_s:.1f} passages/s, model {model_flops / 1e9:.1f} GFLOP/s; "
+        f"GEMM on the model's shapes {gemm / 1e9:.1f} GFLOP/s; efficiency {model_flops / gemm:.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -18,15 +18,29 @@ from pathlib import Path
 
 # The embedded MiniLM's path and the random-weight model builders live with the tests.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from model_builders import minilm_path, save_tokenizer, sentence_transformers_files  # noqa: E402
+from model_builders import minilm_path, save_tokenizer, sentence_transformers_files
 
 QWEN3_0_6B = dict(
-    hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8, head_dim=128,
-    intermediate_size=3072, vocab_size=151669, max_position_embeddings=32768, tie_word_embeddings=True,
-    rope_theta=1000000, rms_norm_eps=1e-6,
+    hidden_size=1024,
+    num_hidden_layers=28,
+    num_attention_heads=16,
+    num_key_value_heads=8,
+    head_dim=128,
+    intermediate_size=3072,
+    vocab_size=151669,
+    max_position_embeddings=32768,
+    tie_word_embeddings=True,
+    rope_theta=1000000,
+    rms_norm_eps=1e-6,
 )
-BERT_BASE = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
-                 max_position_embeddings=512, type_vocab_size=2)
+BERT_BASE = dict(
+    hidden_size=768,
+    num_hidden_layers=12,
+    num_attention_heads=12,
+    intermediate_size=3072,
+    max_position_embeddings=512,
+    type_vocab_size=2,
+)
 
 
 def corpus(n: int, seed: int = 0) -> list[str]:
@@ -67,13 +81,18 @@ def qwen3_shaped(root: Path) -> Path:
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-
     torch.manual_seed(0)
     tokenizer = save_tokenizer(path, drop_token_type_ids=True)
     model = Qwen3ForCausalLM(Qwen3Config(pad_token_id=tokenizer.pad_token_id, **QWEN3_0_6B)).to(torch.bfloat16)
     model.save_pretrained(str(path))
-    sentence_transformers_files(path, "lasttoken", normalize=True, prompts={"query": "", "document": ""},
-                                 hidden=QWEN3_0_6B["hidden_size"], max_length=512)
+    sentence_transformers_files(
+        path,
+        "lasttoken",
+        normalize=True,
+        prompts={"query": "", "document": ""},
+        hidden=QWEN3_0_6B["hidden_size"],
+        max_length=512,
+    )
     return path
 
 
@@ -84,7 +103,6 @@ def _bert_base(root: Path, name: str, cross_encoder: bool) -> Path:
     import torch
     from transformers import BertConfig, BertForSequenceClassification, BertModel
 
-
     torch.manual_seed(0)
     tokenizer = save_tokenizer(path)
     config = BertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **BERT_BASE)
@@ -93,8 +111,9 @@ def _bert_base(root: Path, name: str, cross_encoder: bool) -> Path:
         BertForSequenceClassification(config).save_pretrained(str(path))
     else:
         BertModel(config).save_pretrained(str(path))
-        sentence_transformers_files(path, "mean", normalize=True, prompts=None,
-                                     hidden=BERT_BASE["hidden_size"], max_length=512)
+        sentence_transformers_files(
+            path, "mean", normalize=True, prompts=None, hidden=BERT_BASE["hidden_size"], max_length=512
+        )
     return path
 
 
@@ -116,8 +135,12 @@ MODELS = {
         BenchModel("minilm", "all-MiniLM-L6-v2", _minilm),
         BenchModel("bert-base", "BERT-base-shaped (random)", lambda root: _bert_base(root, "bert-base-shaped", False)),
         BenchModel("qwen3-0.6b", "Qwen3-0.6B-shaped (random)", qwen3_shaped),
-        BenchModel("bert-base-ce", "BERT-base-shaped cross-encoder (random)",
-                   lambda root: _bert_base(root, "bert-base-cross-encoder", True), cross_encoder=True),
+        BenchModel(
+            "bert-base-ce",
+            "BERT-base-shaped cross-encoder (random)",
+            lambda root: _bert_base(root, "bert-base-cross-encoder", True),
+            cross_encoder=True,
+        ),
     )
 }
 

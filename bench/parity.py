@@ -11,12 +11,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-import reference  # noqa: E402
-from corpus import mixed_length  # noqa: E402
+import reference
+from corpus import mixed_length
+from model_builders import BUILDERS, minilm_path
 
-from rbln_retrieval import PoolingEngine  # noqa: E402
-from rbln_retrieval.prompts import QWEN3_DEFAULT_TASK  # noqa: E402
-from model_builders import BUILDERS, minilm_path  # noqa: E402
+from rbln_retrieval import PoolingEngine
+from rbln_retrieval.prompts import QWEN3_DEFAULT_TASK
 
 QUERY = "How are exceptions raised and handled in Python?"
 
@@ -54,15 +54,18 @@ def main() -> None:
             with PoolingEngine(path, device="cpu", dtype="float32", runner=runner) as engine:
                 if name == "qwen3-reranker":
                     got = engine.score(QUERY, texts)
-                    want = reference.qwen3_reranker_scores(path, QUERY, texts, instruction=QWEN3_DEFAULT_TASK,
-                                                           max_length=512)
+                    want = reference.qwen3_reranker_scores(
+                        path, QUERY, texts, instruction=QWEN3_DEFAULT_TASK, max_length=512
+                    )
                 elif engine.family.name == "bge-m3":
                     for output, diff in bge_m3_differences(engine, path, texts).items():
                         print(f"{name + ' ' + output:28s} max abs diff vs FlagEmbedding recipe: {diff:.2e}")
                     continue
                 elif engine.family.is_cross_encoder:
-                    got, want = engine.score(QUERY, texts), reference.cross_encoder_scores(path, QUERY, texts,
-                                                                                           max_length=512)
+                    got, want = (
+                        engine.score(QUERY, texts),
+                        reference.cross_encoder_scores(path, QUERY, texts, max_length=512),
+                    )
                 else:
                     got = engine.embed(texts)
                     want = reference.embed(path, texts, pooling=engine.family.pooling, max_length=512)

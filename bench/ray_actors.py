@@ -28,8 +28,9 @@ def run(texts: list[str], actors: int, batch_size: int) -> dict:
     first = last = None
     rows = after_first = 0
     ds = ray.data.from_items([{"id": i, "text": t} for i, t in enumerate(texts)])
-    for batch in embed_dataset(ds, str(models.minilm_path()), actors=actors, batch_size=batch_size,
-                               num_cpus=cpus).iter_batches(batch_size=None):
+    for batch in embed_dataset(
+        ds, str(models.minilm_path()), actors=actors, batch_size=batch_size, num_cpus=cpus
+    ).iter_batches(batch_size=None):
         now = time.monotonic()
         if first is None:
             first = now
@@ -38,13 +39,20 @@ def run(texts: list[str], actors: int, batch_size: int) -> dict:
         rows, last = rows + len(batch["id"]), now
     assert rows == len(texts)
     rate = after_first / (last - first)
-    return {"actors": actors, "num_cpus_per_actor": cpus, "passages": rows, "first_batch_s": first - started,
-            "passages_per_s": rate, "per_actor_passages_per_s": rate / actors, "load_average_at_end": os.getloadavg()}
+    return {
+        "actors": actors,
+        "num_cpus_per_actor": cpus,
+        "passages": rows,
+        "first_batch_s": first - started,
+        "passages_per_s": rate,
+        "per_actor_passages_per_s": rate / actors,
+        "load_average_at_end": os.getloadavg(),
+    }
 
 
 def cpu_name() -> str:
     cpuinfo = Path("/proc/cpuinfo")
-    for line in (cpuinfo.read_text().splitlines() if cpuinfo.exists() else []):
+    for line in cpuinfo.read_text().splitlines() if cpuinfo.exists() else []:
         if line.startswith("model name"):
             return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()

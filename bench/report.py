@@ -20,9 +20,13 @@ def _profile(label: str, profiles: dict[str, Any]) -> list[str]:
     """One profiled ingest per system: where the wall time went (bench/ingest_profile.py)."""
     names = list(profiles)
     parts = list(next(iter(profiles.values()))["parts_s"])
-    lines = [f"**Where one ingest's time goes: {label}** (torch.profiler on the engine's step thread; the profiler "
-             "slows the ops a little; % of the profiled wall time)", "",
-             "| part | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    lines = [
+        f"**Where one ingest's time goes: {label}** (torch.profiler on the engine's step thread; the profiler "
+        "slows the ops a little; % of the profiled wall time)",
+        "",
+        "| part | " + " | ".join(names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
     for part in parts:
         cells = [f"{100 * p['parts_s'][part] / p['wall_s']:.1f}%" for p in profiles.values()]
         lines.append(f"| {part} | " + " | ".join(cells) + " |")
@@ -48,7 +52,7 @@ def markdown(results: dict[str, Any], tag: str) -> str:
         "",
     ]
     st_best = f"sentence-transformers {tag}"
-    for key, model in results["models"].items():
+    for model in results["models"].values():
         corpus = model["corpus"]
         if "ingest" in model:
             rates = ", ".join(f"{d} {r:.0f}" for d, r in model.get("model_gemm_gflops", {}).items())
@@ -65,21 +69,29 @@ def markdown(results: dict[str, Any], tag: str) -> str:
             for name, row in model["ingest"].items():
                 steps = f"{row['steps_per_1000']:.1f}" if "steps_per_1000" in row else "-"
                 useful = f"{row['useful_over_computed']:.3f}" if "useful_over_computed" in row else "-"
-                ref = "" if row["reference_passages"] == corpus["passages"] else f" ({row['reference_passages']} passages)"
+                ref = (
+                    ""
+                    if row["reference_passages"] == corpus["passages"]
+                    else f" ({row['reference_passages']} passages)"
+                )
                 lines.append(
                     f"| {name} | {row['passages_per_s']:.1f} | {row['tokens_per_s']:.0f} | "
                     f"{_ratio(row['passages_per_s'], base)} | {row['min_cosine_vs_fp32']:.5f}{ref} | "
-                    f"{_number(row.get('model_gflops'), 1)} | {_number(row.get('gemm_efficiency'), 2)} | {steps} | {useful} |"
+                    f"{_number(row.get('model_gflops'), 1)} | {_number(row.get('gemm_efficiency'), 2)} | "
+                    f"{steps} | {useful} |"
                 )
             lines.append("")
         if "profile" in model:
             lines += _profile(model["label"], model["profile"])
         if "query" in model:
             floor = min(row["p50_ms"] for name, row in model["query"].items() if name.startswith("bare forward"))
-            lines += [f"**Warm single query: {model['label']}** (bare forward: tokenize, one transformers forward, "
-                      "pool, normalize; the ratio is against the faster dtype)", "",
-                      "| system | p50 ms | p99 ms | p50 / bare forward |",
-                      "|---|---|---|---|"]
+            lines += [
+                f"**Warm single query: {model['label']}** (bare forward: tokenize, one transformers forward, "
+                "pool, normalize; the ratio is against the faster dtype)",
+                "",
+                "| system | p50 ms | p99 ms | p50 / bare forward |",
+                "|---|---|---|---|",
+            ]
             for name, row in model["query"].items():
                 lines.append(f"| {name} | {row['p50_ms']:.2f} | {row['p99_ms']:.2f} | {row['p50_ms'] / floor:.2f}x |")
             lines.append("")
@@ -87,8 +99,10 @@ def markdown(results: dict[str, Any], tag: str) -> str:
             c = model["concurrency"]
             lines += [
                 f"**{c['callers']} concurrent async callers, {c['queries']} queries** ({model['label']}, "
-                f"{next(iter(model['query']))})", "",
-                "| mode | queries/s | p50 ms | p99 ms | p99 / p50 |", "|---|---|---|---|---|",
+                f"{next(iter(model['query']))})",
+                "",
+                "| mode | queries/s | p50 ms | p99 ms | p99 / p50 |",
+                "|---|---|---|---|---|",
                 f"| one caller, sequential | {c['sequential_qps']:.0f} | {c['sequential']['p50_ms']:.2f} | "
                 f"{c['sequential']['p99_ms']:.2f} | {c['sequential']['p99_ms'] / c['sequential']['p50_ms']:.2f} |",
                 f"| {c['callers']} callers | {c['concurrent_qps']:.0f} ({c['speedup']:.2f}x) | "
@@ -98,14 +112,22 @@ def markdown(results: dict[str, Any], tag: str) -> str:
             ]
         if "rerank" in model:
             base = model["rerank"].get(st_best, {}).get("median_ms")
-            lines += [f"**Rerank 1 x {results['settings']['rerank_docs']}: {model['label']}**", "",
-                      "| system | median ms | x faster than ST best |", "|---|---|---|"]
+            lines += [
+                f"**Rerank 1 x {results['settings']['rerank_docs']}: {model['label']}**",
+                "",
+                "| system | median ms | x faster than ST best |",
+                "|---|---|---|",
+            ]
             for name, row in model["rerank"].items():
                 lines.append(f"| {name} | {row['median_ms']:.0f} | {_ratio(base, row['median_ms'])} |")
             lines.append("")
         if "cold_start_s" in model:
-            lines += [f"**Cold start to first vector: {model['label']}** (fresh process, warm page cache)", "",
-                      "| system | median s | runs |", "|---|---|---|"]
+            lines += [
+                f"**Cold start to first vector: {model['label']}** (fresh process, warm page cache)",
+                "",
+                "| system | median s | runs |",
+                "|---|---|---|",
+            ]
             for name, runs in model["cold_start_s"].items():
                 lines.append(f"| {name} | {statistics.median(runs):.1f} | {', '.join(f'{r:.1f}' for r in runs)} |")
             lines.append("")

@@ -22,11 +22,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import ingest_profile  # noqa: E402
-import models  # noqa: E402
-import report  # noqa: E402
-import workloads  # noqa: E402
-from systems import specs  # noqa: E402
+import ingest_profile
+import models
+import report
+import workloads
+from systems import specs
 
 RESULTS = Path(__file__).resolve().parent / "results"
 QUERY = "How do I catch an exception and raise a different one?"
@@ -41,7 +41,11 @@ def best_dtype() -> str:
 
 def plan(tag: str) -> dict[str, dict[str, list[str]]]:
     """Which systems run which workload, per model (names from systems.specs)."""
-    ours, stock, per_step = f"rbln-retrieval bundled {tag}", f"rbln-retrieval stock runner {tag}", f"one request/step padded {tag}"
+    ours, stock, per_step = (
+        f"rbln-retrieval bundled {tag}",
+        f"rbln-retrieval stock runner {tag}",
+        f"one request/step padded {tag}",
+    )
     st_best = f"sentence-transformers {tag}"
     return {
         "minilm": {
@@ -82,8 +86,9 @@ def run_model(key: str, work: dict[str, list[str]], args: argparse.Namespace, ta
         # The rate the model's FLOP/s are held against: F.linear on its own weight shapes at a full step.
         gemm = {d: (lambda d=d: ingest_profile.model_gemm_rate(path, d, FULL_STEP)) for d in dtypes}
         try:
-            rows, vectors, rates = workloads.ingest(systems, texts, 1 if big else args.repeats,
-                                                    out["corpus"]["tokens"], gemm)
+            rows, vectors, rates = workloads.ingest(
+                systems, texts, 1 if big else args.repeats, out["corpus"]["tokens"], gemm
+            )
             out["model_gemm_gflops"] = {d: r / 1e9 for d, r in rates.items()}
             if key in args.profile.split(","):
                 out["profile"] = {}
@@ -162,9 +167,15 @@ def main() -> None:
     args.gemm = {d: workloads.gemm_rate(d) for d in ("float32", "bfloat16")}
     started = time.time()
     results = {
-        "machine": {"cpu": ingest_profile.cpu_name(), "cpu_class": ingest_profile.cpu_class(), "cpus": os.cpu_count(),
-                    "platform": platform.platform(), "best_dtype": dtype, "load_at_start": os.getloadavg(),
-                    "gemm_gflops": {d: r / 1e9 for d, r in args.gemm.items()}},
+        "machine": {
+            "cpu": ingest_profile.cpu_name(),
+            "cpu_class": ingest_profile.cpu_class(),
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "best_dtype": dtype,
+            "load_at_start": os.getloadavg(),
+            "gemm_gflops": {d: r / 1e9 for d, r in args.gemm.items()},
+        },
         "settings": {k: v for k, v in vars(args).items() if k not in ("gemm", "model_dir", "out")},
         "models": {},
     }

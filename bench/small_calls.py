@@ -21,7 +21,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from models import corpus, minilm_path  # noqa: E402
+from models import corpus, minilm_path
 
 # Before issue #16: powers of two to 1,024, then steps of 1,024; every step's budget the largest bucket (a step
 # cost this large makes the scheduler prefer the fullest step, as first-fit into the largest bucket did).
@@ -49,8 +49,12 @@ def main() -> None:
     args = parser.parse_args()
     workload = calls(args.calls)
     engines = {
-        name: PoolingEngine(minilm_path(), device="cpu", dtype="float32",
-                            engine_kwargs={"additional_config": {"rbln_retrieval": settings}})
+        name: PoolingEngine(
+            minilm_path(),
+            device="cpu",
+            dtype="float32",
+            engine_kwargs={"additional_config": {"rbln_retrieval": settings}},
+        )
         for name, settings in (("previous", PREVIOUS), ("current", CURRENT))
     }
     before = {name: engine.stats() for name, engine in engines.items()}
@@ -66,8 +70,12 @@ def main() -> None:
         useful = after["useful_tokens"] - before[name]["useful_tokens"]
         computed = after["computed_tokens"] - before[name]["computed_tokens"]
         steps = after["steps"] - before[name]["steps"]
-        rows[name] = {"graphs": len(after["buckets"]), "useful_over_computed": round(useful / computed, 3),
-                      "steps_per_call": round(steps / len(workload), 2), "seconds": round(seconds[name], 1)}
+        rows[name] = {
+            "graphs": len(after["buckets"]),
+            "useful_over_computed": round(useful / computed, 3),
+            "steps_per_call": round(steps / len(workload), 2),
+            "seconds": round(seconds[name], 1),
+        }
         engine.close()
     print(json.dumps({"calls": len(workload), "texts": sum(map(len, workload)), **rows}, indent=1))
 

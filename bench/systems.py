@@ -121,8 +121,12 @@ def specs(dtype_best: str) -> dict[str, Spec]:
             Spec(f"rbln-retrieval bundled {tag}", "rbln", dtype_best),
             Spec("rbln-retrieval bundled fp32", "rbln", "float32"),
             Spec(f"rbln-retrieval stock runner {tag}", "rbln", dtype_best, {"runner": "stock"}),
-            Spec(f"one request/step padded {tag}", "rbln", dtype_best,
-                 {"engine_kwargs": {"additional_config": {"rbln_retrieval": {"one_request_per_step": True}}}}),
+            Spec(
+                f"one request/step padded {tag}",
+                "rbln",
+                dtype_best,
+                {"engine_kwargs": {"additional_config": {"rbln_retrieval": {"one_request_per_step": True}}}},
+            ),
             Spec("sentence-transformers fp32", "st", "float32"),
             Spec(f"sentence-transformers {tag}", "st", dtype_best),
         )

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from systems import RBLNSystem, Spec, System
 
 
@@ -24,7 +23,10 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def ingest(
-    systems: dict[str, System], texts: list[str], repeats: int, tokens: int,
+    systems: dict[str, System],
+    texts: list[str],
+    repeats: int,
+    tokens: int,
     gemm: dict[str, Callable[[], float]] | None = None,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, np.ndarray], dict[str, float]]:
     """Embed the whole corpus ``repeats`` times per system, alternating systems between repeats; ``gemm``'s rate
@@ -34,7 +36,7 @@ def ingest(
     seconds: dict[str, list[float]] = {name: [] for name in systems}
     vectors: dict[str, np.ndarray] = {}
     counts: dict[str, dict[str, int]] = {}
-    for name, system in systems.items():
+    for system in systems.values():
         system.embed(texts[:8])  # first-call costs (tokenizer, oneDNN primitives) are not ingest
     for _ in range(repeats):
         for dtype, measure in gemm.items():
@@ -74,7 +76,7 @@ def min_cosine(vectors: np.ndarray, reference: np.ndarray) -> float:
 def query_latency(systems: dict[str, System], queries: list[str], rounds: int = 2) -> dict[str, dict[str, float]]:
     """Warm single-query latency: each query embedded alone, systems alternating every ``len(queries)`` calls."""
     samples: dict[str, list[float]] = {name: [] for name in systems}
-    for name, system in systems.items():
+    for system in systems.values():
         for q in queries[:5]:
             system.embed_query(q)
     for _ in range(rounds):
@@ -125,8 +127,11 @@ def rerank(systems: dict[str, System], query: str, documents: list[str], repeats
             seconds[name].append(time.perf_counter() - tic)
             print(f"  rerank {name}: {seconds[name][-1] * 1000:.0f} ms", flush=True)
     return {
-        name: {"median_ms": statistics.median(s) * 1000, "runs_ms": [round(x * 1000, 1) for x in s],
-               "scores": scores[name]}
+        name: {
+            "median_ms": statistics.median(s) * 1000,
+            "runs_ms": [round(x * 1000, 1) for x in s],
+            "scores": scores[name],
+        }
         for name, s in seconds.items()
     }
 
@@ -188,8 +193,13 @@ def cold_start(spec: Spec, path: Path) -> float:
     """Seconds from starting a fresh Python process to its first vector (imports, engine start and warmup)."""
     payload = json.dumps({"kind": spec.kind, "dtype": spec.dtype, "options": spec.options})
     tic = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-c", COLD, payload, str(path)], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True, env=os.environ.copy())
+    proc = subprocess.Popen(
+        [sys.executable, "-c", COLD, payload, str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=os.environ.copy(),
+    )
     for line in proc.stdout:
         if line.startswith("FIRST-VECTOR"):
             seconds = time.perf_counter() - tic

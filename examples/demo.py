@@ -20,7 +20,6 @@ from pathlib import Path
 
 import numpy as np
 from docs_corpus import Passage, fingerprint, load_documents, load_queries, passages
-
 from example_args import embedded_minilm
 
 from rbln_retrieval.quiet import quiet_startup
@@ -136,8 +135,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(engine, start_s: float, data_dir: Path, model: str, corpus: list[Passage]) -> int:
-    _row("engine", f"started in {start_s:.1f} s (runner={engine.options.runner}, "
-         f"{engine.device}, {engine.dimension} dims)")
+    _row(
+        "engine",
+        f"started in {start_s:.1f} s (runner={engine.options.runner}, {engine.device}, {engine.dimension} dims)",
+    )
     ours = Pipeline(
         "rbln-retrieval",
         Store.open(data_dir, "python-docs-rbln", corpus),
@@ -145,7 +146,10 @@ def _run(engine, start_s: float, data_dir: Path, model: str, corpus: list[Passag
         lambda q, texts: engine.rerank(q, texts),
     )
     _ingest(
-        "ingest", ours.store, corpus, lambda texts: engine.embed(texts, show_progress=True),
+        "ingest",
+        ours.store,
+        corpus,
+        lambda texts: engine.embed(texts, show_progress=True),
         # the tokens the engine computes: its own tokenizer, prompt and truncation
         lambda texts: sum(len(t.ids) for t in engine.tokenizer.encode_texts(texts, engine.family.document_prompt)),
     )
@@ -232,8 +236,10 @@ def _evaluate(pipelines: list[Pipeline]) -> bool:
     queries = load_queries()
     print(f"\nevaluation: {len(queries)} labeled queries (examples/data/queries.jsonl); a query's rank is that of the")
     print(f"first passage from a page that answers it, among the top {CANDIDATES} retrieved and reranked")
-    print(f"  {'pipeline':<22} {'recall@1':>8} {'recall@5':>8} {'MRR':>6}   {'retrieve p50/p95':>16}  "
-          f"{'rerank p50/p95':>14}")
+    print(
+        f"  {'pipeline':<22} {'recall@1':>8} {'recall@5':>8} {'MRR':>6}   {'retrieve p50/p95':>16}  "
+        f"{'rerank p50/p95':>14}"
+    )
     rankings = []
     for pipeline in pipelines:
         ranks, retrieve, rerank, ranked_ids = [], [], [], []
@@ -246,9 +252,11 @@ def _evaluate(pipelines: list[Pipeline]) -> bool:
             ranked_ids.append(ranked)
         rankings.append(ranked_ids)
         n = len(ranks)
-        print(f"  {pipeline.name:<22} {sum(r == 1 for r in ranks) / n:>8.3f} "
-              f"{sum(r is not None and r <= 5 for r in ranks) / n:>8.3f} "
-              f"{sum(1 / r for r in ranks if r) / n:>6.3f}   {_p50_p95(retrieve):>16}  {_p50_p95(rerank):>14}")
+        print(
+            f"  {pipeline.name:<22} {sum(r == 1 for r in ranks) / n:>8.3f} "
+            f"{sum(r is not None and r <= 5 for r in ranks) / n:>8.3f} "
+            f"{sum(1 / r for r in ranks if r) / n:>6.3f}   {_p50_p95(retrieve):>16}  {_p50_p95(rerank):>14}"
+        )
     same = sum(
         all([pid for pid, _ in r[q]] == [pid for pid, _ in rankings[0][q]] for r in rankings)
         for q in range(len(queries))

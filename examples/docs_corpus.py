@@ -88,4 +88,3 @@ RAG_PAGES = ("assert", "break", "context-managers", "continue", "exceptions", "f
 
 def rag_pages(pages: tuple[str, ...] = RAG_PAGES) -> list[dict[str, str]]:
     return [document for document in load_documents() if document["id"] in pages]
-

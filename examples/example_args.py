@@ -17,8 +17,9 @@ def rag_arguments(description: str) -> argparse.Namespace:
     """The RAG examples' command line: the question, --model, --reranker, --device."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("question", nargs="?", default="How do I run cleanup code whether or not an exception occurs?")
-    parser.add_argument("--model", default=embedded_minilm(),
-                        help="embedding model directory (default: all-MiniLM-L6-v2)")
+    parser.add_argument(
+        "--model", default=embedded_minilm(), help="embedding model directory (default: all-MiniLM-L6-v2)"
+    )
     parser.add_argument("--reranker", help="reranker model directory (default: the embedding model, by cosine)")
     parser.add_argument("--device", choices=("auto", "rbln", "cpu"), default="auto")
     args = parser.parse_args()
@@ -32,8 +33,12 @@ def qwen3_arguments(description: str, family: str, checkpoint: str) -> argparse.
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("model", nargs="?", help=f"Hugging Face id or directory of a {checkpoint} checkpoint")
     parser.add_argument("--device", choices=("auto", "rbln", "cpu"), default="auto")
-    parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto",
-                        help="float32 reproduces the model card's scores to 4 digits; auto is faster on BF16 CPUs")
+    parser.add_argument(
+        "--dtype",
+        choices=("auto", "float32", "bfloat16"),
+        default="auto",
+        help="float32 reproduces the model card's scores to 4 digits; auto is faster on BF16 CPUs",
+    )
     args = parser.parse_args()
     if args.model is None:
         sys.exit(

@@ -47,7 +47,11 @@ def main() -> None:
     # The two objects share one engine: each passage costs one dense and one sparse forward on it.
     with RBLNEmbeddings(**options) as dense, RBLNSparseEmbeddings(**options) as sparse:
         store = QdrantVectorStore.from_documents(
-            documents, dense, sparse_embedding=sparse, location=":memory:", collection_name="python-docs",
+            documents,
+            dense,
+            sparse_embedding=sparse,
+            location=":memory:",
+            collection_name="python-docs",
             retrieval_mode=RetrievalMode.HYBRID,
         )
         print(f"{len(documents)} passages indexed (dense {dense.engine.dimension} dims + sparse)")

@@ -47,11 +47,16 @@ if __name__ == "__main__":
     for n, doc in enumerate(best, 1):
         text = " ".join(doc.page_content.split())
         print(f"{n}. {doc.metadata['relevance_score']:.3f}  [{doc.metadata['page']}] {text[:90]}")
-    prompt = ChatPromptTemplate.from_messages([
-        ("system", "Answer the question using only the context below. Say so if the context does not answer it.\n\n"
-                   "Context:\n{context}"),
-        ("human", "{question}"),
-    ])
+    prompt = ChatPromptTemplate.from_messages(
+        [
+            (
+                "system",
+                "Answer the question using only the context below. Say so if the context does not answer it.\n\n"
+                "Context:\n{context}",
+            ),
+            ("human", "{question}"),
+        ]
+    )
     context = "\n\n".join(f"[{doc.metadata['title']}]\n{doc.page_content}" for doc in best)
     print("\nPrompt for an LLM:\n")
     print(prompt.invoke({"context": context, "question": args.question}).to_string())

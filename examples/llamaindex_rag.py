@@ -32,7 +32,8 @@ if __name__ == "__main__":
     # verbose=False: counting a whole page's tokens is not running it through the model.
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     splitter = SentenceSplitter(
-        chunk_size=200, chunk_overlap=20,
+        chunk_size=200,
+        chunk_overlap=20,
         tokenizer=lambda text: tokenizer.encode(text, add_special_tokens=False, verbose=False),
     )
     index = VectorStoreIndex.from_documents(documents, transformations=[splitter], show_progress=True)
@@ -41,8 +42,10 @@ if __name__ == "__main__":
     query_engine = index.as_query_engine(similarity_top_k=8, node_postprocessors=[reranker])
     response = query_engine.query(args.question)
 
-    print(f"{len(documents)} documents -> {len(index.docstore.docs)} nodes; retrieved 8, reranked to "
-          f"{len(response.source_nodes)}")
+    print(
+        f"{len(documents)} documents -> {len(index.docstore.docs)} nodes; retrieved 8, reranked to "
+        f"{len(response.source_nodes)}"
+    )
     for n, source in enumerate(response.source_nodes, 1):
         text = " ".join(source.node.get_content().split())
         print(f"{n}. {source.score:.3f}  [{source.node.metadata['page']}] {text[:90]}")

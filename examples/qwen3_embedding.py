@@ -1,6 +1,7 @@
 """Qwen3-Embedding's own example through rbln-retrieval: queries carry an instruction, documents do not.
 
-    python examples/qwen3_embedding.py Qwen/Qwen3-Embedding-0.6B [--device auto|rbln|cpu] [--dtype auto|float32|bfloat16]
+    python examples/qwen3_embedding.py Qwen/Qwen3-Embedding-0.6B [--device auto|rbln|cpu]
+        [--dtype auto|float32|bfloat16]
 
 The model card builds "Instruct: {task}\\nQuery:{query}" by hand; here `kind="query"` applies that template with
 `instruction` as the task, and documents are embedded as they are.

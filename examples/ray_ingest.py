@@ -26,7 +26,8 @@ def read(paths: list[str]):
         if path.is_dir():
             files = [str(p) for p in sorted(path.rglob("*")) if p.suffix in (".txt", ".md")]
             ds = ray.data.read_binary_files(files, include_paths=True).map(
-                lambda row: {"source": row["path"], "text": row["bytes"].decode("utf-8", errors="replace")})
+                lambda row: {"source": row["path"], "text": row["bytes"].decode("utf-8", errors="replace")}
+            )
         elif path.suffix == ".parquet":
             ds = ray.data.read_parquet(str(path), columns=["text"])
             ds = ds.map(lambda row, name=str(path): {"source": name, "text": row["text"]})
@@ -47,8 +48,14 @@ def chunk(row: dict) -> list[dict]:
     from langchain_text_splitters import RecursiveCharacterTextSplitter
 
     splitter = RecursiveCharacterTextSplitter(chunk_size=CHUNK_CHARS, chunk_overlap=80)
-    return [{"id": f"{row['source']}#{hashlib.sha256(text.encode()).hexdigest()[:16]}", "source": row["source"],
-             "text": text} for text in splitter.split_text(row["text"])]
+    return [
+        {
+            "id": f"{row['source']}#{hashlib.sha256(text.encode()).hexdigest()[:16]}",
+            "source": row["source"],
+            "text": text,
+        }
+        for text in splitter.split_text(row["text"])
+    ]
 
 
 if __name__ == "__main__":
@@ -60,11 +67,11 @@ if __name__ == "__main__":
 
     import chromadb
     import ray
+    from example_args import embedded_minilm
     from langchain_chroma import Chroma
 
     from langchain_rbln import RBLNEmbeddings
     from rbln_retrieval.ray import embed_dataset
-    from example_args import embedded_minilm
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="+")
@@ -81,16 +88,20 @@ if __name__ == "__main__":
     client = chromadb.PersistentClient(args.persist_dir, settings=chromadb.Settings(anonymized_telemetry=False))
     collection = client.get_or_create_collection(COLLECTION, metadata={"hnsw:space": "cosine"})
 
-    vectors = embed_dataset(read(args.paths).flat_map(chunk), args.model, actors=args.actors,
-                            batch_size=args.batch_size)
+    vectors = embed_dataset(
+        read(args.paths).flat_map(chunk), args.model, actors=args.actors, batch_size=args.batch_size
+    )
     started, written, shown = time.monotonic(), 0, 0.0
     for batch in vectors.iter_batches(batch_size=512, batch_format="numpy"):
         # upsert: a re-run over the same files replaces their chunks instead of duplicating them. Identical chunks
         # of one source share an id and are stored once (Chroma refuses a repeated id within one call).
         rows = list({chunk_id: row for row, chunk_id in enumerate(batch["id"].tolist())}.values())
-        collection.upsert(ids=batch["id"][rows].tolist(), embeddings=batch["embedding"][rows],
-                          documents=batch["text"][rows].tolist(),
-                          metadatas=[{"source": s} for s in batch["source"][rows].tolist()])
+        collection.upsert(
+            ids=batch["id"][rows].tolist(),
+            embeddings=batch["embedding"][rows],
+            documents=batch["text"][rows].tolist(),
+            metadatas=[{"source": s} for s in batch["source"][rows].tolist()],
+        )
         written += len(rows)
         if time.monotonic() - shown > 5:
             shown = time.monotonic()

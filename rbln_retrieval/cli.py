@@ -75,16 +75,18 @@ def _parser() -> tuple[_Parser, dict[str, _Parser]]:
     commands = parser.add_subparsers(required=True, metavar="COMMAND", parser_class=_Parser)
 
     doctor = commands.add_parser("doctor", help="versions, CPU features, RBLN runtime and device, what 'auto' picks")
-    doctor.add_argument("--graphs", metavar="MODEL",
-                        help="also start MODEL and print what each bucket graph calls (on --device)")
+    doctor.add_argument(
+        "--graphs", metavar="MODEL", help="also start MODEL and print what each bucket graph calls (on --device)"
+    )
     doctor.add_argument("--device", choices=("auto", "rbln", "cpu"), default="auto")
     doctor.set_defaults(run=_doctor)
 
     embed = commands.add_parser("embed", help="texts to vectors (.npy, or JSONL on stdout)")
     _model_arguments(embed)
     _input_arguments(embed)
-    embed.add_argument("-o", "--output", type=Path,
-                       help="write vectors here: .npy, anything else JSONL (default: stdout)")
+    embed.add_argument(
+        "-o", "--output", type=Path, help="write vectors here: .npy, anything else JSONL (default: stdout)"
+    )
     embed.add_argument("--query", action="store_true", help="embed the texts as queries (applies the query prompt)")
     embed.add_argument("--instruction", help="replace the model's prompt (Qwen3-Embedding queries: the task)")
     embed.add_argument("--dimensions", type=int, help="matryoshka size (Qwen3-Embedding)")
@@ -106,8 +108,11 @@ def _parser() -> tuple[_Parser, dict[str, _Parser]]:
     compile_.add_argument("model", help="local model directory, or a Hugging Face id (org/name[@revision])")
     compile_.add_argument("--revision", help="branch, tag or commit of a Hugging Face id (default: main)")
     compile_.add_argument("--cache-folder", help="Hugging Face cache to resolve ids in (default: HF_HUB_CACHE)")
-    compile_.add_argument("--soc", default=os.environ.get("RBLN_TARGET_SOC"),
-                          help="the NPU to compile for, e.g. RBLN-CA25 (default: $RBLN_TARGET_SOC)")
+    compile_.add_argument(
+        "--soc",
+        default=os.environ.get("RBLN_TARGET_SOC"),
+        help="the NPU to compile for, e.g. RBLN-CA25 (default: $RBLN_TARGET_SOC)",
+    )
     compile_.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto")
     compile_.add_argument("--max-length", type=int, help="tokens per input (default: the model's limit)")
     compile_.set_defaults(run=_compile)
@@ -116,8 +121,9 @@ def _parser() -> tuple[_Parser, dict[str, _Parser]]:
     _model_arguments(serve)
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--api-key", default=os.environ.get("RBLN_API_KEY"),
-                       help="require this bearer token (default: $RBLN_API_KEY)")
+    serve.add_argument(
+        "--api-key", default=os.environ.get("RBLN_API_KEY"), help="require this bearer token (default: $RBLN_API_KEY)"
+    )
     serve.set_defaults(run=_serve)
     return parser, commands.choices
 
@@ -128,23 +134,38 @@ def _model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache-folder", help="Hugging Face cache to resolve ids in (default: HF_HUB_CACHE)")
     parser.add_argument("--device", choices=("auto", "rbln", "cpu"), default="auto")
     parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto")
-    parser.add_argument("--runner", choices=("bundled", "stock"), default="bundled",
-                        help="bundled backend (default) or vLLM's stock CPU runner")
+    parser.add_argument(
+        "--runner",
+        choices=("bundled", "stock"),
+        default="bundled",
+        help="bundled backend (default) or vLLM's stock CPU runner",
+    )
     parser.add_argument("--max-length", type=int, help="tokens per input (default: the model's limit)")
-    parser.add_argument("--truncate", choices=("end", "start", "error"), default="end",
-                        help="what happens to inputs over the limit")
+    parser.add_argument(
+        "--truncate", choices=("end", "start", "error"), default="end", help="what happens to inputs over the limit"
+    )
 
 
 def _input_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="*", default=[], metavar="FILE", help="input files; '-' or none reads stdin")
-    parser.add_argument("--format", choices=("auto", "lines", "jsonl"), default="auto",
-                        help="input format (auto: JSONL for .jsonl/.ndjson files and JSON-object stdin)")
+    parser.add_argument(
+        "--format",
+        choices=("auto", "lines", "jsonl"),
+        default="auto",
+        help="input format (auto: JSONL for .jsonl/.ndjson files and JSON-object stdin)",
+    )
 
 
 def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
     # The hub token comes from HF_TOKEN (or `hf auth login`), never from a command line where `ps` would show it.
-    return {"device": args.device, "dtype": args.dtype, "runner": args.runner, "max_length": args.max_length,
-            "revision": args.revision, "cache_folder": args.cache_folder}
+    return {
+        "device": args.device,
+        "dtype": args.dtype,
+        "runner": args.runner,
+        "max_length": args.max_length,
+        "revision": args.revision,
+        "cache_folder": args.cache_folder,
+    }
 
 
 def _engine(args: argparse.Namespace) -> Any:
@@ -165,10 +186,8 @@ def read_texts(files: Sequence[str], fmt: str = "auto", stdin: TextIO | None = N
             path = Path(name)
             if path.is_dir():
                 raise IsADirectoryError(f"{name} is a directory; pass text or JSONL files.")
-            if fmt == "auto":
-                fmt_for_file = "jsonl" if path.suffix.lower() in JSONL_SUFFIXES else "lines"
-            else:
-                fmt_for_file = fmt
+            by_suffix = "jsonl" if path.suffix.lower() in JSONL_SUFFIXES else "lines"
+            fmt_for_file = by_suffix if fmt == "auto" else fmt
             with path.open(encoding="utf-8") as handle:
                 texts.extend(_parse(handle.read().splitlines(), name, fmt_for_file))
     return texts
@@ -255,11 +274,20 @@ def _compile(args: argparse.Namespace) -> int:
         raise ValueError("Name the NPU to compile for with --soc (e.g. RBLN-CA25) or RBLN_TARGET_SOC.")
     os.environ[TARGET_SOC_ENV] = args.soc
     settings = {"additional_config": {CONFIG_KEY: {"compile_only": True}}}
-    with PoolingEngine(args.model, device="rbln", dtype=args.dtype, max_length=args.max_length,
-                       revision=args.revision, cache_folder=args.cache_folder, engine_kwargs=settings) as engine:
+    with PoolingEngine(
+        args.model,
+        device="rbln",
+        dtype=args.dtype,
+        max_length=args.max_length,
+        revision=args.revision,
+        cache_folder=args.cache_folder,
+        engine_kwargs=settings,
+    ) as engine:
         stats = engine.stats()
-    print(f"compiled {stats['compiles']} bucket graphs ({', '.join(map(str, stats['buckets']))} tokens) "
-          f"for {stats['soc']} into {stats['compile_cache']['dir']}")
+    print(
+        f"compiled {stats['compiles']} bucket graphs ({', '.join(map(str, stats['buckets']))} tokens) "
+        f"for {stats['soc']} into {stats['compile_cache']['dir']}"
+    )
     return 0
 
 
@@ -300,8 +328,10 @@ def _print_graphs(model: str, device: str) -> None:
     print(f"graphs of {model} on {engine.device} ({stats['target']} target, {stats['kernels']} kernels):")
     for graph in stats["graphs"]:
         host = [op for op in graph["ops"] if op.startswith(HOST_KERNEL_NAMESPACES)]
-        print(f"  bucket {graph['bucket']}: {len(graph['ops'])} ops, {graph['lifted_weights']} weights as inputs, "
-              f"host kernels: {', '.join(host) or 'none'}")
+        print(
+            f"  bucket {graph['bucket']}: {len(graph['ops'])} ops, {graph['lifted_weights']} weights as inputs, "
+            f"host kernels: {', '.join(host) or 'none'}"
+        )
         print(f"    {' '.join(graph['ops'])}")
 
 
@@ -312,8 +342,6 @@ def _version(names: Sequence[str]) -> str:
         except metadata.PackageNotFoundError:
             continue
     return "not installed"
-
-
 
 
 if __name__ == "__main__":

@@ -119,7 +119,8 @@ class PoolingEngine:
         if in_process and not backend.claim_platform() and target is not None:
             logger.warning(
                 "vLLM runs on another vendor's platform in this process; the bundled runner for %s runs in "
-                "vLLM's engine processes instead (in_process=False).", self.model
+                "vLLM's engine processes instead (in_process=False).",
+                self.model,
             )
             in_process = False
         if not in_process and multiprocessing.current_process().daemon:
@@ -133,7 +134,9 @@ class PoolingEngine:
 
         from rbln_retrieval.inproc import InprocEngine
 
-        kwargs = vllm_engine_kwargs(self.model, self.family, self.options, device=self.device, model_key=str(self.source))
+        kwargs = vllm_engine_kwargs(
+            self.model, self.family, self.options, device=self.device, model_key=str(self.source)
+        )
         if in_process:
             env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}  # vLLM's CPU platform allows the uni executor only then
         else:  # the thread variables reach only a worker process vLLM spawns
@@ -211,12 +214,19 @@ class PoolingEngine:
         the end and the prompt, "error" raises naming the index. ``output`` (bge-m3): "sparse" gives one
         {token_id: weight} dict per text, "multi_vector" one float32 (tokens, d) array per text; a list of outputs
         gives {output: result} (dense and sparse from one forward; see rbln_retrieval.outputs)."""
-        return self._loop.run(self._embed_any(
-            texts, kind, instruction, dimensions, normalize, show_progress, self._truncate(truncate), output
-        ))
+        return self._loop.run(
+            self._embed_any(
+                texts, kind, instruction, dimensions, normalize, show_progress, self._truncate(truncate), output
+            )
+        )
 
     def score(
-        self, query: str, documents: Iterable[str], *, instruction: str | None = None, truncate: Truncate | None = None,
+        self,
+        query: str,
+        documents: Iterable[str],
+        *,
+        instruction: str | None = None,
+        truncate: Truncate | None = None,
         output: Literal["dense", "multi_vector"] = "dense",
     ) -> list[float]:
         """Relevance of each document to ``query``: P(relevant) for rerankers, cosine for bi-encoders; with
@@ -224,8 +234,14 @@ class PoolingEngine:
         return self._loop.run(self._score(query, documents, instruction, self._truncate(truncate), output))
 
     def rerank(
-        self, query: str, documents: Iterable[str], *, top_n: int | None = None, instruction: str | None = None,
-        truncate: Truncate | None = None, output: Literal["dense", "multi_vector"] = "dense",
+        self,
+        query: str,
+        documents: Iterable[str],
+        *,
+        top_n: int | None = None,
+        instruction: str | None = None,
+        truncate: Truncate | None = None,
+        output: Literal["dense", "multi_vector"] = "dense",
     ) -> list[tuple[int, float]]:
         """(index, score) pairs, best first; ``top_n`` None keeps all, 0 or less returns []."""
         return rank(self.score(query, documents, instruction=instruction, truncate=truncate, output=output), top_n)
@@ -243,19 +259,32 @@ class PoolingEngine:
         truncate: Truncate | None = None,
         output: Output | Sequence[Output] = "dense",
     ) -> Any:
-        return await self._loop.arun(self._embed_any(
-            texts, kind, instruction, dimensions, normalize, show_progress, self._truncate(truncate), output
-        ))
+        return await self._loop.arun(
+            self._embed_any(
+                texts, kind, instruction, dimensions, normalize, show_progress, self._truncate(truncate), output
+            )
+        )
 
     async def ascore(
-        self, query: str, documents: Iterable[str], *, instruction: str | None = None, truncate: Truncate | None = None,
+        self,
+        query: str,
+        documents: Iterable[str],
+        *,
+        instruction: str | None = None,
+        truncate: Truncate | None = None,
         output: Literal["dense", "multi_vector"] = "dense",
     ) -> list[float]:
         return await self._loop.arun(self._score(query, documents, instruction, self._truncate(truncate), output))
 
     async def arerank(
-        self, query: str, documents: Iterable[str], *, top_n: int | None = None, instruction: str | None = None,
-        truncate: Truncate | None = None, output: Literal["dense", "multi_vector"] = "dense",
+        self,
+        query: str,
+        documents: Iterable[str],
+        *,
+        top_n: int | None = None,
+        instruction: str | None = None,
+        truncate: Truncate | None = None,
+        output: Literal["dense", "multi_vector"] = "dense",
     ) -> list[tuple[int, float]]:
         scores = await self.ascore(query, documents, instruction=instruction, truncate=truncate, output=output)
         return rank(scores, top_n)
@@ -264,9 +293,18 @@ class PoolingEngine:
         return self.truncate if truncate is None else check_truncate(truncate)
 
     # -- implementation (runs on the engine loop) --------------------------------------------------------------
-    async def _embed_any(self, texts: Iterable[str], kind: str, instruction: str | None, dimensions: int | None,
-                         normalize: bool, show_progress: bool, truncate: Truncate, output: Any,
-                         what: str = "texts") -> Any:
+    async def _embed_any(
+        self,
+        texts: Iterable[str],
+        kind: str,
+        instruction: str | None,
+        dimensions: int | None,
+        normalize: bool,
+        show_progress: bool,
+        truncate: Truncate,
+        output: Any,
+        what: str = "texts",
+    ) -> Any:
         if isinstance(output, str) and output == "dense":
             return await self._embed(texts, kind, instruction, dimensions, normalize, show_progress, truncate, what)
         prefix = embed_prefix(self.family, self.model, kind, instruction)
@@ -275,8 +313,10 @@ class PoolingEngine:
             raise ValueError(f"dimensions applies to dense vectors only; leave it unset with output={output!r}.")
         from vllm import PoolingParams
 
-        tasks = {task: PoolingParams(task=task, use_activation=activation(task, normalize))
-                 for task in pooling_tasks(outputs)}
+        tasks = {
+            task: PoolingParams(task=task, use_activation=activation(task, normalize))
+            for task in pooling_tasks(outputs)
+        }
         special = SpecialTokens.of(self.tokenizer.hf, self.model)
         raw: dict[str, list[np.ndarray]] = {task: [] for task in tasks}
         ids: list[list[int]] = []
@@ -345,7 +385,9 @@ class PoolingEngine:
         for first, chunk in chunks(documents, what="documents"):
             if method == "qwen3-reranker":
                 pairs = qwen3_reranker_pairs(self.family, query, chunk, instruction)
-                tokens = await _off_loop(chunk, self.tokenizer.encode_qwen3_reranker, pairs, truncate, first_index=first)
+                tokens = await _off_loop(
+                    chunk, self.tokenizer.encode_qwen3_reranker, pairs, truncate, first_index=first
+                )
             else:
                 tokens = await _off_loop(chunk, self.tokenizer.encode_pairs, query, chunk, truncate, first_index=first)
             scores.extend(float(row.reshape(-1)[0]) for row in await self._encode(tokens, params, None))
@@ -369,7 +411,9 @@ class PoolingEngine:
                 request_params = params.clone()
                 request_params.extra_kwargs = {"compressed_token_type_ids": compress_token_type_ids(item.type_ids)}
             final: Any = None
-            async for output in engine.encode(TokensPrompt(prompt_token_ids=item.ids), request_params, f"{batch}-{index}"):
+            async for output in engine.encode(
+                TokensPrompt(prompt_token_ids=item.ids), request_params, f"{batch}-{index}"
+            ):
                 final = output
             if bar is not None:
                 bar.update(1)

@@ -63,8 +63,13 @@ def vllm_engine_kwargs(
     if "max_num_batched_tokens" in extra:
         settings["max_num_batched_tokens"] = extra.pop("max_num_batched_tokens")
     bundled = engine_overrides(
-        target=target, max_length=family.max_length, model=model_key or str(model_dir), dtype=dtype,
-        strict_shapes=options.strict_shapes, user=settings, soc=rbln_runtime.npu_name() if target == "rbln" else None,
+        target=target,
+        max_length=family.max_length,
+        model=model_key or str(model_dir),
+        dtype=dtype,
+        strict_shapes=options.strict_shapes,
+        user=settings,
+        soc=rbln_runtime.npu_name() if target == "rbln" else None,
     )
     bundled["additional_config"] = {**additional, **bundled["additional_config"]}
     kwargs = _stock_kwargs(model_dir, family, options, dtype, extra)

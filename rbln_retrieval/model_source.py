@@ -132,8 +132,9 @@ def _check_repo_id(text: str, repo_id: str) -> None:
         ) from None
 
 
-def _download(repo_id: str, revision: str | None, cache: str, token: str | None, offline: bool,
-              patterns: list[str]) -> str:
+def _download(
+    repo_id: str, revision: str | None, cache: str, token: str | None, offline: bool, patterns: list[str]
+) -> str:
     import huggingface_hub
     from huggingface_hub.errors import (
         GatedRepoError,
@@ -145,15 +146,24 @@ def _download(repo_id: str, revision: str | None, cache: str, token: str | None,
     spelled = f"{repo_id}@{revision}" if revision else repo_id
     try:
         return huggingface_hub.snapshot_download(
-            repo_id, revision=revision, cache_dir=cache, token=token, local_files_only=offline,
-            allow_patterns=patterns, ignore_patterns=IGNORE_PATTERNS,
+            repo_id,
+            revision=revision,
+            cache_dir=cache,
+            token=token,
+            local_files_only=offline,
+            allow_patterns=patterns,
+            ignore_patterns=IGNORE_PATTERNS,
         )
     except GatedRepoError:
-        message = (f"{repo_id} is a gated model: accept its terms on huggingface.co, then pass a token with access "
-                   "(HF_TOKEN, or the token option).")
+        message = (
+            f"{repo_id} is a gated model: accept its terms on huggingface.co, then pass a token with access "
+            "(HF_TOKEN, or the token option)."
+        )
     except RepositoryNotFoundError:
-        message = (f"{repo_id} is not a model on the Hugging Face Hub, or it is private and needs a token "
-                   "(HF_TOKEN, or the token option).")
+        message = (
+            f"{repo_id} is not a model on the Hugging Face Hub, or it is private and needs a token "
+            "(HF_TOKEN, or the token option)."
+        )
     except RevisionNotFoundError:
         message = f"{repo_id} has no revision {revision!r} on the Hugging Face Hub."
     except LocalEntryNotFoundError:
@@ -167,15 +177,19 @@ def _download(repo_id: str, revision: str | None, cache: str, token: str | None,
 
 def _not_cached(repo_id: str, revision: str | None, cache: str, offline: bool) -> str:
     repo_dir = Path(cache) / ("models--" + repo_id.replace("/", "--"))
-    how = (f"run `hf download {repo_id}{f' --revision {revision}' if revision else ''}` on a connected host and copy "
-           "its cache folder here, or pass a local model directory")
+    how = (
+        f"run `hf download {repo_id}{f' --revision {revision}' if revision else ''}` on a connected host and copy "
+        "its cache folder here, or pass a local model directory"
+    )
     why = "the hub is offline (HF_HUB_OFFLINE or local_files_only)" if offline else "the hub could not be reached"
     cached = sorted(p.name for p in (repo_dir / "refs").glob("*")) + sorted(
         p.name for p in (repo_dir / "snapshots").glob("*")
     )
     if revision and cached:
-        return (f"Revision {revision!r} of {repo_id} is not in the Hugging Face cache {cache} (cached: "
-                f"{', '.join(cached)}) and {why}; {how}.")
+        return (
+            f"Revision {revision!r} of {repo_id} is not in the Hugging Face cache {cache} (cached: "
+            f"{', '.join(cached)}) and {why}; {how}."
+        )
     if cached:  # the snapshot folder exists but misses files the engine needs
         return f"The cached snapshot of {repo_id} in {cache} is incomplete and {why}; {how}."
     return f"{repo_id} is not in the Hugging Face cache {cache} and {why}; {how}."

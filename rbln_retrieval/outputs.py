@@ -49,8 +49,10 @@ def npu_note(family: str, model: str) -> str | None:
     """What the bundled runner on the NPU does with this family's token-level outputs, for the engine's start."""
     if len(FAMILY_OUTPUTS.get(family, ("dense",))) == 1:
         return None
-    return (f"{model}: dense vectors are pooled inside the NPU graph; sparse and multi-vector outputs are pooled by "
-            "vLLM's pooler on the host from the graph's hidden states.")
+    return (
+        f"{model}: dense vectors are pooled inside the NPU graph; sparse and multi-vector outputs are pooled by "
+        "vLLM's pooler on the host from the graph's hidden states."
+    )
 
 
 def check_remote_outputs(output: Any, *, family: str, model: str) -> tuple[Output, ...]:
@@ -96,8 +98,11 @@ class SpecialTokens:
     def of(cls, tokenizer: Any, model_dir: str) -> SpecialTokens:
         config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
         named = tokenizer.special_tokens_map
-        unused = {tokenizer.convert_tokens_to_ids(named[name])
-                  for name in ("cls_token", "eos_token", "pad_token", "unk_token") if name in named}
+        unused = {
+            tokenizer.convert_tokens_to_ids(named[name])
+            for name in ("cls_token", "eos_token", "pad_token", "unk_token")
+            if name in named
+        }
         return cls(config.get("bos_token_id"), config.get("eos_token_id"), frozenset(unused))
 
 
@@ -153,8 +158,9 @@ def assemble(
     elif "token_classify" in raw:
         result["sparse"] = [lexical_weights(ids, row, special) for ids, row in zip(token_ids, raw["token_classify"])]
     if "token_embed" in raw:
-        result["multi_vector"] = [row.reshape(-1, hidden_size).astype(np.float32, copy=False)
-                                  for row in raw["token_embed"]]
+        result["multi_vector"] = [
+            row.reshape(-1, hidden_size).astype(np.float32, copy=False) for row in raw["token_embed"]
+        ]
     return {name: result[name] for name in outputs}
 
 

@@ -83,8 +83,12 @@ class RemoteEngine:
         self.truncate = check_truncate(truncate)
         self.options = EngineOptions(**options)
         # Where a hub id's config files come from, for a server that does not describe its model.
-        self._source_args: dict[str, Any] = {"revision": revision, "cache_folder": cache_folder, "token": token,
-                                             "local_files_only": local_files_only}
+        self._source_args: dict[str, Any] = {
+            "revision": revision,
+            "cache_folder": cache_folder,
+            "token": token,
+            "local_files_only": local_files_only,
+        }
         self._replicas = Replicas(
             urls,
             api_key=api_key if api_key is not None else os.environ.get("RBLN_API_KEY"),
@@ -139,7 +143,8 @@ class RemoteEngine:
         if wanted is None and warn:
             logger.warning(
                 "The server does not describe %s and family is unset: treating it as a bi-encoder. Pass family= "
-                "if it is a reranker or Qwen3-Embedding.", self.model
+                "if it is a reranker or Qwen3-Embedding.",
+                self.model,
             )
         # Without the model files, prompts come only from the family's defaults and explicit instructions.
         return ModelFamily(
@@ -192,45 +197,104 @@ class RemoteEngine:
         return self.family.hidden_size
 
     # -- public API (same signatures as PoolingEngine) ----------------------------------------------------------
-    def embed(self, texts: Iterable[str], *, kind: Literal["document", "query"] = "document",
-              instruction: str | None = None, dimensions: int | None = None, normalize: bool = True,
-              show_progress: bool = False, truncate: Truncate | None = None,
-              timeout: float | None = None, output: Output | Sequence[Output] = "dense") -> Any:
-        return self._run(self._call(timeout, self._embed(texts, kind, instruction, dimensions, normalize,
-                                                          self._truncate(truncate), output=output)))
+    def embed(
+        self,
+        texts: Iterable[str],
+        *,
+        kind: Literal["document", "query"] = "document",
+        instruction: str | None = None,
+        dimensions: int | None = None,
+        normalize: bool = True,
+        show_progress: bool = False,
+        truncate: Truncate | None = None,
+        timeout: float | None = None,
+        output: Output | Sequence[Output] = "dense",
+    ) -> Any:
+        return self._run(
+            self._call(
+                timeout,
+                self._embed(texts, kind, instruction, dimensions, normalize, self._truncate(truncate), output=output),
+            )
+        )
 
-    async def aembed(self, texts: Iterable[str], *, kind: Literal["document", "query"] = "document",
-                     instruction: str | None = None, dimensions: int | None = None, normalize: bool = True,
-                     show_progress: bool = False, truncate: Truncate | None = None,
-                     timeout: float | None = None, output: Output | Sequence[Output] = "dense") -> Any:
-        return await self._arun(self._call(timeout, self._embed(texts, kind, instruction, dimensions, normalize,
-                                                                 self._truncate(truncate), output=output)))
+    async def aembed(
+        self,
+        texts: Iterable[str],
+        *,
+        kind: Literal["document", "query"] = "document",
+        instruction: str | None = None,
+        dimensions: int | None = None,
+        normalize: bool = True,
+        show_progress: bool = False,
+        truncate: Truncate | None = None,
+        timeout: float | None = None,
+        output: Output | Sequence[Output] = "dense",
+    ) -> Any:
+        return await self._arun(
+            self._call(
+                timeout,
+                self._embed(texts, kind, instruction, dimensions, normalize, self._truncate(truncate), output=output),
+            )
+        )
 
-    def score(self, query: str, documents: Iterable[str], *, instruction: str | None = None,
-              truncate: Truncate | None = None, timeout: float | None = None,
-              output: Literal["dense", "multi_vector"] = "dense") -> list[float]:
-        return self._run(self._call(timeout, self._score(query, documents, instruction, self._truncate(truncate),
-                                                          output)))
+    def score(
+        self,
+        query: str,
+        documents: Iterable[str],
+        *,
+        instruction: str | None = None,
+        truncate: Truncate | None = None,
+        timeout: float | None = None,
+        output: Literal["dense", "multi_vector"] = "dense",
+    ) -> list[float]:
+        return self._run(
+            self._call(timeout, self._score(query, documents, instruction, self._truncate(truncate), output))
+        )
 
-    async def ascore(self, query: str, documents: Iterable[str], *, instruction: str | None = None,
-                     truncate: Truncate | None = None, timeout: float | None = None,
-                     output: Literal["dense", "multi_vector"] = "dense") -> list[float]:
-        return await self._arun(self._call(timeout, self._score(query, documents, instruction,
-                                                                 self._truncate(truncate), output)))
+    async def ascore(
+        self,
+        query: str,
+        documents: Iterable[str],
+        *,
+        instruction: str | None = None,
+        truncate: Truncate | None = None,
+        timeout: float | None = None,
+        output: Literal["dense", "multi_vector"] = "dense",
+    ) -> list[float]:
+        return await self._arun(
+            self._call(timeout, self._score(query, documents, instruction, self._truncate(truncate), output))
+        )
 
-    def rerank(self, query: str, documents: Iterable[str], *, top_n: int | None = None,
-               instruction: str | None = None, truncate: Truncate | None = None, timeout: float | None = None,
-               output: Literal["dense", "multi_vector"] = "dense") -> list[tuple[int, float]]:
-        scores = self.score(query, documents, instruction=instruction, truncate=truncate, timeout=timeout,
-                            output=output)
+    def rerank(
+        self,
+        query: str,
+        documents: Iterable[str],
+        *,
+        top_n: int | None = None,
+        instruction: str | None = None,
+        truncate: Truncate | None = None,
+        timeout: float | None = None,
+        output: Literal["dense", "multi_vector"] = "dense",
+    ) -> list[tuple[int, float]]:
+        scores = self.score(
+            query, documents, instruction=instruction, truncate=truncate, timeout=timeout, output=output
+        )
         return rank(scores, top_n)
 
-    async def arerank(self, query: str, documents: Iterable[str], *, top_n: int | None = None,
-                      instruction: str | None = None, truncate: Truncate | None = None,
-                      timeout: float | None = None,
-                      output: Literal["dense", "multi_vector"] = "dense") -> list[tuple[int, float]]:
-        scores = await self.ascore(query, documents, instruction=instruction, truncate=truncate, timeout=timeout,
-                                   output=output)
+    async def arerank(
+        self,
+        query: str,
+        documents: Iterable[str],
+        *,
+        top_n: int | None = None,
+        instruction: str | None = None,
+        truncate: Truncate | None = None,
+        timeout: float | None = None,
+        output: Literal["dense", "multi_vector"] = "dense",
+    ) -> list[tuple[int, float]]:
+        scores = await self.ascore(
+            query, documents, instruction=instruction, truncate=truncate, timeout=timeout, output=output
+        )
         return rank(scores, top_n)
 
     # -- implementation (on the client's loop) ------------------------------------------------------------------
@@ -255,16 +319,24 @@ class RemoteEngine:
         # Without a side vLLM truncates inside the tokenizer, which keeps special tokens as local mode does.
         return {"truncate_prompt_tokens": family.max_length}
 
-    async def _embed(self, texts: Iterable[str], kind: str, instruction: str | None, dimensions: int | None,
-                     normalize: bool, truncate: Truncate, what: str = "texts", output: Any = "dense") -> Any:
+    async def _embed(
+        self,
+        texts: Iterable[str],
+        kind: str,
+        instruction: str | None,
+        dimensions: int | None,
+        normalize: bool,
+        truncate: Truncate,
+        what: str = "texts",
+        output: Any = "dense",
+    ) -> Any:
         family = await self._described()  # never the sync property here: it would wait on this very loop
         if not (isinstance(output, str) and output == "dense"):
             outputs = check_remote_outputs(output, family=family.name, model=self.model)
             return {outputs[0]: await self._embed(texts, kind, instruction, dimensions, normalize, truncate, what)}
         prefix = embed_prefix(family, self.model, kind, instruction)
         if family.hidden_size:
-            check_dimensions(dimensions, hidden_size=family.hidden_size, matryoshka=family.matryoshka,
-                             model=self.model)
+            check_dimensions(dimensions, hidden_size=family.hidden_size, matryoshka=family.matryoshka, model=self.model)
         payload: dict[str, Any] = {"use_activation": normalize, **self._truncation(family, truncate)}
         if dimensions is not None:
             payload["dimensions"] = dimensions
@@ -278,8 +350,9 @@ class RemoteEngine:
 
         return np.asarray(await self._batched(prompts, batch), dtype=np.float32)
 
-    async def _score(self, query: str, documents: Iterable[str], instruction: str | None,
-                     truncate: Truncate, output: str = "dense") -> list[float]:
+    async def _score(
+        self, query: str, documents: Iterable[str], instruction: str | None, truncate: Truncate, output: str = "dense"
+    ) -> list[float]:
         if output != "dense":  # late interaction needs multi-vectors, which the server does not give
             check_remote_outputs(output, family=(await self._described()).name, model=self.model)
         query = check_query(query)

@@ -10,6 +10,7 @@ dimensions, max length), so clients that have only the model's name score it exa
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 from typing import Any
@@ -80,10 +81,8 @@ def serve(model: str, *, host: str = "127.0.0.1", port: int = 8000, api_key: str
     source, _, family = _served_model(model, options)
     _publish_description(describe(source.name, family))
     with backend.activated(target, cpu_threads_env() if target != "rbln" else None):
-        try:
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is the way to stop a foreground server
             uvloop.run(run_server(args))
-        except KeyboardInterrupt:
-            pass
     return 0
 
 

@@ -21,8 +21,20 @@ API_KEY_ENV = "RBLN_API_KEY"
 # The settings that select the shared engine: equal values share one engine, and they cannot change after
 # construction. Every other field is read at each call, so assigning it takes effect.
 ENGINE_SETTINGS = frozenset(
-    {"revision", "cache_folder", "hf_token", "device", "dtype", "max_length", "family", "trust_remote_code",
-     "allow_pickle", "engine_kwargs", "base_url", "api_key"}
+    {
+        "revision",
+        "cache_folder",
+        "hf_token",
+        "device",
+        "dtype",
+        "max_length",
+        "family",
+        "trust_remote_code",
+        "allow_pickle",
+        "engine_kwargs",
+        "base_url",
+        "api_key",
+    }
 )
 
 

@@ -51,8 +51,9 @@ class EngineSpec:
         if self.base_url is not None:
             from rbln_retrieval.remote import RemoteEngine
 
-            return RemoteEngine(str(self.model), base_url=list(self.base_url), api_key=self.api_key, **self.client,
-                                **self.options)
+            return RemoteEngine(
+                str(self.model), base_url=list(self.base_url), api_key=self.api_key, **self.client, **self.options
+            )
         from rbln_retrieval.engine import PoolingEngine
 
         return PoolingEngine(self.model, **self.options)

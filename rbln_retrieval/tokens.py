@@ -57,7 +57,9 @@ class PromptTokenizer:
         return self._side("left" if truncate == "start" else "right")
 
     # -- single texts (embeddings) ---------------------------------------------------------------------------
-    def encode_texts(self, texts: list[str], prefix: str, truncate: str = "end", *, first_index: int = 0) -> list[Tokens]:
+    def encode_texts(
+        self, texts: list[str], prefix: str, truncate: str = "end", *, first_index: int = 0
+    ) -> list[Tokens]:
         hf = self._for(truncate)
         if truncate == "error":
             ids = hf([prefix + text for text in texts], truncation=False)["input_ids"]
@@ -74,8 +76,9 @@ class PromptTokenizer:
             if len(row) < self.max_length and windows[pos] is not texts[pos]:
                 # The window held fewer tokens than fit (over CHARS_PER_TOKEN characters each): use the whole text.
                 windows[pos] = texts[pos]
-                row = ids[pos] = hf(prefix + texts[pos], truncation=truncate == "end",
-                                    max_length=self.max_length)["input_ids"]
+                row = ids[pos] = hf(prefix + texts[pos], truncation=truncate == "end", max_length=self.max_length)[
+                    "input_ids"
+                ]
             if len(row) > self.max_length:  # truncate="start"
                 ids[pos] = self._keep_end(hf, prefix, windows[pos])
         return [Tokens(i) for i in ids]
@@ -134,9 +137,9 @@ class PromptTokenizer:
         suffix = hf(QWEN3_RERANKER_SUFFIX, add_special_tokens=False)["input_ids"]
         budget = self.max_length - len(prefix) - len(suffix)
         truncation = truncate != "error"
-        middles = hf(
-            pairs, add_special_tokens=False, truncation=truncation, max_length=budget if truncation else None
-        )["input_ids"]
+        middles = hf(pairs, add_special_tokens=False, truncation=truncation, max_length=budget if truncation else None)[
+            "input_ids"
+        ]
         out = []
         for pos, middle in enumerate(middles):
             if len(middle) > budget:

@@ -22,5 +22,8 @@ def mixed_length(n: int) -> list[str]:
     texts = [p for p in paras[: n - 20]]
     joined = " ".join(paras)
     words = joined.split()
-    texts += [" ".join(words[i * 97 : i * 97 + length]) for i, length in enumerate([1, 2, 3, 5, 8, 13, 300, 600, 1200, 2500] * 2)]
+    texts += [
+        " ".join(words[i * 97 : i * 97 + length])
+        for i, length in enumerate([1, 2, 3, 5, 8, 13, 300, 600, 1200, 2500] * 2)
+    ]
     return texts[:n]

@@ -185,8 +185,11 @@ def build_bge_m3(path: str | Path, *, seed: int = 0) -> Path:
     )
     tokenizer.save_pretrained(str(path))
     config = _encoder_config(
-        "xlm-roberta", len(tokenizer), tokenizer.pad_token_id,
-        bos_token_id=tokenizer.cls_token_id, eos_token_id=tokenizer.sep_token_id,
+        "xlm-roberta",
+        len(tokenizer),
+        tokenizer.pad_token_id,
+        bos_token_id=tokenizer.cls_token_id,
+        eos_token_id=tokenizer.sep_token_id,
     )
     AutoModel.from_config(config).save_pretrained(str(path))
     # Larger than nn.Linear's default init so that relu leaves a useful share of the sparse weights above zero.

@@ -12,5 +12,8 @@ RBLN_SETTINGS = {"max_num_batched_tokens": 1024, "buckets": [32, 256, 1024]}
 
 def rbln_options(**settings: Any) -> dict[str, Any]:
     """Engine options of an rbln-target engine (framework objects with equal fields share its engine)."""
-    return {"device": "rbln", "dtype": "float32",
-            "engine_kwargs": {"additional_config": {"rbln_retrieval": {**RBLN_SETTINGS, **settings}}}}
+    return {
+        "device": "rbln",
+        "dtype": "float32",
+        "engine_kwargs": {"additional_config": {"rbln_retrieval": {**RBLN_SETTINGS, **settings}}},
+    }

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import torch
@@ -15,15 +15,23 @@ QWEN3_RERANKER_PREFIX = (
 QWEN3_RERANKER_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
 
 
-@lru_cache(maxsize=None)
+@cache
 def _load(kind: str, path: str):
     loader = {"base": AutoModel, "causal": AutoModelForCausalLM, "seq-cls": AutoModelForSequenceClassification}[kind]
     return AutoTokenizer.from_pretrained(path), loader.from_pretrained(path, dtype=torch.float32).eval()
 
 
 @torch.no_grad()
-def embed(path: str, texts: list[str], *, pooling: str, max_length: int, prefix: str = "", normalize=True,
-          dimensions: int | None = None) -> np.ndarray:
+def embed(
+    path: str,
+    texts: list[str],
+    *,
+    pooling: str,
+    max_length: int,
+    prefix: str = "",
+    normalize=True,
+    dimensions: int | None = None,
+) -> np.ndarray:
     """One text at a time (no padding): pooled hidden states of the base model."""
     tokenizer, model = _load("base", path)
     rows = []
@@ -51,8 +59,9 @@ def cross_encoder_scores(path: str, query: str, documents: list[str], *, max_len
 
 
 @torch.no_grad()
-def qwen3_reranker_scores(path: str, query: str, documents: list[str], *, instruction: str,
-                          max_length: int) -> list[float]:
+def qwen3_reranker_scores(
+    path: str, query: str, documents: list[str], *, instruction: str, max_length: int
+) -> list[float]:
     """The recipe from the Qwen3-Reranker model card: P(yes) from the LM head at the last position."""
     tokenizer, model = _load("causal", path)
     prefix = tokenizer.encode(QWEN3_RERANKER_PREFIX, add_special_tokens=False)
@@ -61,8 +70,9 @@ def qwen3_reranker_scores(path: str, query: str, documents: list[str], *, instru
     scores = []
     for doc in documents:
         pair = f"<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {doc}"
-        middle = tokenizer(pair, add_special_tokens=False, truncation=True,
-                           max_length=max_length - len(prefix) - len(suffix))["input_ids"]
+        middle = tokenizer(
+            pair, add_special_tokens=False, truncation=True, max_length=max_length - len(prefix) - len(suffix)
+        )["input_ids"]
         ids = torch.tensor([prefix + middle + suffix])
         logits = model(input_ids=ids).logits[0, -1]
         scores.append(torch.softmax(torch.stack([logits[no], logits[yes]]), 0)[1].item())
@@ -70,8 +80,9 @@ def qwen3_reranker_scores(path: str, query: str, documents: list[str], *, instru
 
 
 @torch.no_grad()
-def bge_m3(path: str, texts: list[str], *, max_length: int
-           ) -> tuple[np.ndarray, list[dict[int, float]], list[np.ndarray]]:
+def bge_m3(
+    path: str, texts: list[str], *, max_length: int
+) -> tuple[np.ndarray, list[dict[int, float]], list[np.ndarray]]:
     """Dense, sparse and multi-vector outputs as FlagEmbedding's BGEM3 computes them, one text at a time: dense is
     the normalized CLS row; sparse is relu(sparse_linear(h)) per token, cls/eos/pad/unk and zero weights left out,
     the largest weight kept per token id; multi-vector is colbert_linear(h) of every token but the first, each row
@@ -81,8 +92,11 @@ def bge_m3(path: str, texts: list[str], *, max_length: int
     sparse_linear, colbert_linear = torch.nn.Linear(hidden, 1), torch.nn.Linear(hidden, hidden)
     sparse_linear.load_state_dict(torch.load(f"{path}/sparse_linear.pt", weights_only=True))
     colbert_linear.load_state_dict(torch.load(f"{path}/colbert_linear.pt", weights_only=True))
-    unused = {tokenizer.convert_tokens_to_ids(tokenizer.special_tokens_map[name])
-              for name in ("cls_token", "eos_token", "pad_token", "unk_token") if name in tokenizer.special_tokens_map}
+    unused = {
+        tokenizer.convert_tokens_to_ids(tokenizer.special_tokens_map[name])
+        for name in ("cls_token", "eos_token", "pad_token", "unk_token")
+        if name in tokenizer.special_tokens_map
+    }
     dense, sparse, multi = [], [], []
     for text in texts:
         enc = tokenizer(text, truncation=True, max_length=max_length, return_tensors="pt")

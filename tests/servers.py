@@ -12,7 +12,10 @@ from pathlib import Path
 
 import httpx
 
-SERVE = "import sys; from rbln_retrieval.serve import serve; sys.exit(serve(sys.argv[1], port=int(sys.argv[2]), device='cpu', dtype='float32'))"
+SERVE = (
+    "import sys; from rbln_retrieval.serve import serve; "
+    "sys.exit(serve(sys.argv[1], port=int(sys.argv[2]), device='cpu', dtype='float32'))"
+)
 
 
 def free_port() -> int:
@@ -31,7 +34,10 @@ class Server:
         self._log_file = log.open("wb")
         self.process = subprocess.Popen(
             [sys.executable, "-c", SERVE, str(model), str(self.port)],
-            stdout=self._log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
         )
 
     def wait_ready(self, timeout: float = 600) -> None:

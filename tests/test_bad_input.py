@@ -56,7 +56,8 @@ def test_lone_surrogates_are_replaced_by_u_fffd(minilm_engine):
     vectors = minilm_engine.embed(["before", LONE_SURROGATE, "after"])
     np.testing.assert_allclose(vectors, minilm_engine.embed(["before", replaced, "after"]), atol=1e-6)
     assert minilm_engine.score(LONE_SURROGATE, [LONE_SURROGATE]) == pytest.approx(
-        minilm_engine.score(replaced, [replaced]), abs=1e-6)
+        minilm_engine.score(replaced, [replaced]), abs=1e-6
+    )
 
 
 def test_query_must_be_a_non_empty_string(minilm_engine):
@@ -85,8 +86,11 @@ def test_unsupported_architecture_is_one_sentence(tmp_path):
 
 
 def test_classifier_with_several_labels_is_not_a_reranker(tmp_path):
-    config = {"architectures": ["BertForSequenceClassification"], "max_position_embeddings": 512,
-              "id2label": {"0": "neg", "1": "pos"}}
+    config = {
+        "architectures": ["BertForSequenceClassification"],
+        "max_position_embeddings": 512,
+        "id2label": {"0": "neg", "1": "pos"},
+    }
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(ModelNotSupportedError, match="2 labels"):
         detect_family(tmp_path)
@@ -110,20 +114,27 @@ def test_pickle_only_checkpoint_is_refused_unless_allowed(tmp_path):
         PoolingEngine(tmp_path, device="cpu")
 
 
-@pytest.mark.parametrize("output, name", [("sparse", "sparse"), ("multi_vector", "multi_vector"),
-                                          (["dense", "sparse"], "sparse")])
+@pytest.mark.parametrize(
+    "output, name", [("sparse", "sparse"), ("multi_vector", "multi_vector"), (["dense", "sparse"], "sparse")]
+)
 def test_token_outputs_on_a_model_without_the_head_name_model_and_output(minilm, minilm_engine, output, name):
     """Sparse weights need bge-m3's sparse head, multi-vectors its ColBERT head; a pooled-only model has neither."""
-    with pytest.raises(ValueError, match=rf"^{re.escape(str(minilm))} has no .* head \(family bi-encoder\), "
-                                         rf"so it cannot give output='{name}'"):
+    with pytest.raises(
+        ValueError,
+        match=rf"^{re.escape(str(minilm))} has no .* head \(family bi-encoder\), "
+        rf"so it cannot give output='{name}'",
+    ):
         minilm_engine.embed(["a"], output=output)
 
 
-@pytest.mark.parametrize("output, error, message", [
-    ("colbert", ValueError, r"output='colbert' is not one of 'dense', 'sparse', 'multi_vector'"),
-    ([], TypeError, "expected one of dense, sparse, multi_vector or a non-empty list"),
-    (None, TypeError, "output is None"),
-])
+@pytest.mark.parametrize(
+    "output, error, message",
+    [
+        ("colbert", ValueError, r"output='colbert' is not one of 'dense', 'sparse', 'multi_vector'"),
+        ([], TypeError, "expected one of dense, sparse, multi_vector or a non-empty list"),
+        (None, TypeError, "output is None"),
+    ],
+)
 def test_unknown_outputs_are_refused(minilm_engine, output, error, message):
     with pytest.raises(error, match=message):
         minilm_engine.embed(["a"], output=output)

@@ -11,10 +11,10 @@ import sys
 import numpy as np
 import pytest
 from corpus import passages
+from model_builders import HUB_MINILM
 
 from rbln_retrieval.cli import read_texts
 from rbln_retrieval.device import explain_auto
-from model_builders import HUB_MINILM
 
 TEXTS = passages(min_words=5)[:12]
 
@@ -22,7 +22,10 @@ TEXTS = passages(min_words=5)[:12]
 def cli(*args: str, stdin: str | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "rbln_retrieval.cli", *args],
-        input=stdin, capture_output=True, text=True, timeout=timeout,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -51,9 +54,11 @@ def test_read_texts_jsonl_by_suffix_and_stdin_detection(tmp_path):
 
 @pytest.mark.parametrize(
     ("content", "message"),
-    [('{"text": "a"}\n{"text": 3}\n', 'line 2 of docs.jsonl has no "text" string'),
-     ('{"text": "a"}\n{"text": \n', "line 2 of docs.jsonl is not valid JSON"),
-     ('["a"]\n', 'line 1 of docs.jsonl has no "text" string')],
+    [
+        ('{"text": "a"}\n{"text": 3}\n', 'line 2 of docs.jsonl has no "text" string'),
+        ('{"text": "a"}\n{"text": \n', "line 2 of docs.jsonl is not valid JSON"),
+        ('["a"]\n', 'line 1 of docs.jsonl has no "text" string'),
+    ],
 )
 def test_read_texts_bad_jsonl_names_the_line(tmp_path, monkeypatch, content, message):
     monkeypatch.chdir(tmp_path)
@@ -85,8 +90,18 @@ def test_doctor_reports_versions_cpu_features_and_device_choice():
 
 def test_embed_jsonl_file_and_stdin_lines_as_queries_equal_engine_embed(tmp_path, minilm, minilm_engine):
     (tmp_path / "docs.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS[:5]), encoding="utf-8")
-    result = cli("embed", str(minilm), str(tmp_path / "docs.jsonl"), "-", "--query", "--device", "cpu",
-                 "--dtype", "float32", stdin="\n".join(TEXTS[5:]) + "\n")
+    result = cli(
+        "embed",
+        str(minilm),
+        str(tmp_path / "docs.jsonl"),
+        "-",
+        "--query",
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+        stdin="\n".join(TEXTS[5:]) + "\n",
+    )
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert [row["index"] for row in rows] == list(range(len(TEXTS)))
@@ -98,8 +113,18 @@ def test_embed_jsonl_file_and_stdin_lines_as_queries_equal_engine_embed(tmp_path
 def test_embed_to_npy_equals_engine_embed(tmp_path, minilm, minilm_engine):
     (tmp_path / "texts.txt").write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
     out = tmp_path / "vectors.npy"
-    result = cli("embed", str(minilm), str(tmp_path / "texts.txt"), "-o", str(out), "--no-progress",
-                 "--device", "cpu", "--dtype", "float32")
+    result = cli(
+        "embed",
+        str(minilm),
+        str(tmp_path / "texts.txt"),
+        "-o",
+        str(out),
+        "--no-progress",
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout == "" and "Embedding" not in result.stderr
     vectors = np.load(out)
@@ -108,20 +133,41 @@ def test_embed_to_npy_equals_engine_embed(tmp_path, minilm, minilm_engine):
 
 
 def test_embed_a_hugging_face_id_offline_from_the_cache(hub, minilm_engine):
-    result = cli("embed", f"{HUB_MINILM}@main", "-", "--no-progress", "--device", "cpu", "--dtype", "float32",
-                 stdin="\n".join(TEXTS) + "\n")
+    result = cli(
+        "embed",
+        f"{HUB_MINILM}@main",
+        "-",
+        "--no-progress",
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+        stdin="\n".join(TEXTS) + "\n",
+    )
     assert result.returncode == 0, result.stderr
     vectors = np.array([json.loads(line)["embedding"] for line in result.stdout.splitlines()])
     np.testing.assert_allclose(vectors, minilm_engine.embed(TEXTS), atol=1e-5)
     line = one_error_line(cli("embed", HUB_MINILM, "--revision", "v9", "-", stdin="text\n", timeout=120))
-    assert line.startswith(f"rbln-retrieval: error: Revision 'v9' of {HUB_MINILM} is not in the Hugging Face cache "
-                           f"{hub}")
+    assert line.startswith(
+        f"rbln-retrieval: error: Revision 'v9' of {HUB_MINILM} is not in the Hugging Face cache {hub}"
+    )
 
 
 def test_rerank_prints_ranked_lines_with_scores(minilm, minilm_engine):
     query = "How does Python compare objects for equality?"
-    result = cli("rerank", str(minilm), "--query", query, "--top-n", "4", "--device", "cpu", "--dtype", "float32",
-                 stdin="\n".join(TEXTS) + "\n")
+    result = cli(
+        "rerank",
+        str(minilm),
+        "--query",
+        query,
+        "--top-n",
+        "4",
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+        stdin="\n".join(TEXTS) + "\n",
+    )
     assert result.returncode == 0, result.stderr
     printed = [line.split("\t", 1) for line in result.stdout.splitlines()]
     expected = minilm_engine.rerank(query, TEXTS, top_n=4)

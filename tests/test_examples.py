@@ -32,7 +32,9 @@ pytestmark = pytest.mark.slow
 def start(script: str, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, str(EXAMPLES / script), *map(str, args)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -64,18 +66,32 @@ def runs(tiny_models, minilm, tmp_path_factory) -> dict[str, tuple[int, str, str
     url = f"http://127.0.0.1:{port}"
     with log.open("w") as server_output:
         server = subprocess.Popen(
-            [sys.executable, "-m", "rbln_retrieval.cli", "serve", str(minilm), "--port", str(port),
-             "--device", "cpu", "--dtype", "float32"],
-            stdout=server_output, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "rbln_retrieval.cli",
+                "serve",
+                str(minilm),
+                "--port",
+                str(port),
+                "--device",
+                "cpu",
+                "--dtype",
+                "float32",
+            ],
+            stdout=server_output,
+            stderr=subprocess.STDOUT,
         )
     try:
         started = {
             "langchain": start("langchain_rag.py", "--device", "cpu"),
             "llamaindex": start("llamaindex_rag.py", "--device", "cpu"),
-            "qwen3-embedding": start("qwen3_embedding.py", tiny_models["qwen3-embedding"], "--device", "cpu",
-                                     "--dtype", "float32"),
-            "qwen3-reranker": start("qwen3_reranker.py", tiny_models["qwen3-reranker"], "--device", "cpu",
-                                    "--dtype", "float32"),
+            "qwen3-embedding": start(
+                "qwen3_embedding.py", tiny_models["qwen3-embedding"], "--device", "cpu", "--dtype", "float32"
+            ),
+            "qwen3-reranker": start(
+                "qwen3_reranker.py", tiny_models["qwen3-reranker"], "--device", "cpu", "--dtype", "float32"
+            ),
         }
         results = {}
         for name, process in started.items():
@@ -161,8 +177,10 @@ def test_remote_client_gets_the_local_scores_from_the_server(runs, minilm):
     assert [float(score) for score, _ in printed] == pytest.approx([cosine[i] for i in order], abs=6e-4)
 
 
-@pytest.mark.parametrize(("script", "checkpoint"), [("qwen3_embedding.py", "Qwen/Qwen3-Embedding-0.6B"),
-                                                    ("qwen3_reranker.py", "Qwen/Qwen3-Reranker-0.6B")])
+@pytest.mark.parametrize(
+    ("script", "checkpoint"),
+    [("qwen3_embedding.py", "Qwen/Qwen3-Embedding-0.6B"), ("qwen3_reranker.py", "Qwen/Qwen3-Reranker-0.6B")],
+)
 def test_qwen3_examples_say_what_to_pass_without_a_model(script, checkpoint):
     result = subprocess.run([sys.executable, str(EXAMPLES / script)], capture_output=True, text=True, timeout=120)
     assert result.returncode != 0 and result.stdout == ""
@@ -171,18 +189,36 @@ def test_qwen3_examples_say_what_to_pass_without_a_model(script, checkpoint):
 
 
 def test_qwen3_embedding_example_refuses_another_family(minilm, tmp_path):
-    for model, expected in [(minilm, "is a bi-encoder model, not Qwen/Qwen3-Embedding-0.6B"),
-                            (tmp_path / "missing", "does not exist")]:
-        result = subprocess.run([sys.executable, str(EXAMPLES / "qwen3_embedding.py"), str(model)],
-                                capture_output=True, text=True, timeout=120)
+    for model, expected in [
+        (minilm, "is a bi-encoder model, not Qwen/Qwen3-Embedding-0.6B"),
+        (tmp_path / "missing", "does not exist"),
+    ]:
+        result = subprocess.run(
+            [sys.executable, str(EXAMPLES / "qwen3_embedding.py"), str(model)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert result.returncode != 0 and expected in result.stderr and "Traceback" not in result.stderr
 
 
 @pytest.fixture(scope="module")
 def hybrid_run(tiny_models) -> str:
     result = subprocess.run(
-        [sys.executable, str(EXAMPLES / "hybrid_qdrant.py"), str(tiny_models["bge-m3"]), "--pages", "4",
-         "--device", "cpu", "--dtype", "float32"], capture_output=True, text=True, timeout=1200,
+        [
+            sys.executable,
+            str(EXAMPLES / "hybrid_qdrant.py"),
+            str(tiny_models["bge-m3"]),
+            "--pages",
+            "4",
+            "--device",
+            "cpu",
+            "--dtype",
+            "float32",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1200,
     )
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
     return result.stdout
@@ -191,8 +227,10 @@ def hybrid_run(tiny_models) -> str:
 def test_hybrid_qdrant_example_prints_dense_sparse_and_fused_rankings(hybrid_run):
     sections = re.split(r"^(dense|sparse|hybrid):$", hybrid_run, flags=re.M)
     assert re.search(r"^25 passages indexed \(dense 64 dims \+ sparse\)$", sections[0], re.M), hybrid_run
-    rows = {name: [float(s) for s in re.findall(r"^\d\. (\d+\.\d{4})  \[[\w-]+\] ", body, re.M)]
-            for name, body in zip(sections[1::2], sections[2::2])}
+    rows = {
+        name: [float(s) for s in re.findall(r"^\d\. (\d+\.\d{4})  \[[\w-]+\] ", body, re.M)]
+        for name, body in zip(sections[1::2], sections[2::2])
+    }
     assert list(rows) == ["dense", "sparse", "hybrid"] and all(len(r) == 3 for r in rows.values()), hybrid_run
     for scores in rows.values():
         assert scores == sorted(scores, reverse=True)
@@ -203,7 +241,8 @@ def test_hybrid_qdrant_example_prints_dense_sparse_and_fused_rankings(hybrid_run
 
 
 def test_hybrid_example_refuses_a_model_without_a_sparse_head(minilm):
-    result = subprocess.run([sys.executable, str(EXAMPLES / "hybrid_qdrant.py"), str(minilm)],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / "hybrid_qdrant.py"), str(minilm)], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 2 and "is a bi-encoder model without bge-m3's sparse head" in result.stderr
     assert "Traceback" not in result.stderr

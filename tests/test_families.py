@@ -29,7 +29,9 @@ def test_bi_encoder_matches_reference(tiny_models, name):
     expected = reference.embed(str(path), TEXTS, pooling=BI_ENCODERS[name], max_length=512)
     assert np.abs(ours - expected).max() <= 1e-4
     scores = engine.score(QUERY, TEXTS[:5])
-    assert scores == pytest.approx(list(expected[:5] @ reference.embed(str(path), [QUERY], pooling=BI_ENCODERS[name], max_length=512)[0]), abs=1e-4)
+    assert scores == pytest.approx(
+        list(expected[:5] @ reference.embed(str(path), [QUERY], pooling=BI_ENCODERS[name], max_length=512)[0]), abs=1e-4
+    )
     engine.close()
 
 
@@ -67,8 +69,9 @@ def test_qwen3_embedding_documents_are_plain_and_queries_carry_the_instruction(q
     assert np.abs(queries - expected).max() <= 1e-4
     assert np.abs(queries - engine.embed([QUERY])).max() > 1e-3, "a query must differ from the same text as document"
     custom = engine.embed([QUERY], kind="query", instruction="Find Python documentation")
-    expected = reference.embed(str(path), [QUERY], pooling="LAST", max_length=512,
-                               prefix="Instruct: Find Python documentation\nQuery:")
+    expected = reference.embed(
+        str(path), [QUERY], pooling="LAST", max_length=512, prefix="Instruct: Find Python documentation\nQuery:"
+    )
     assert np.abs(custom - expected).max() <= 1e-4
 
 
@@ -98,8 +101,9 @@ def test_qwen3_reranker_is_p_yes_with_its_templates(tiny_models):
     expected = reference.qwen3_reranker_scores(str(path), QUERY, TEXTS, instruction=QWEN3_DEFAULT_TASK, max_length=512)
     assert np.abs(np.array(ours) - expected).max() <= 1e-4
     custom = engine.score(QUERY, TEXTS[:5], instruction="Judge whether the text is about Python")
-    expected = reference.qwen3_reranker_scores(str(path), QUERY, TEXTS[:5],
-                                               instruction="Judge whether the text is about Python", max_length=512)
+    expected = reference.qwen3_reranker_scores(
+        str(path), QUERY, TEXTS[:5], instruction="Judge whether the text is about Python", max_length=512
+    )
     assert np.abs(np.array(custom) - expected).max() <= 1e-4
     assert np.abs(np.array(custom) - ours[:5]).max() > 1e-6, "the instruction must reach the model"
     engine.close()

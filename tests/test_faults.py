@@ -171,8 +171,11 @@ def test_engine_processes_in_a_daemonic_process_are_refused_in_one_sentence(mini
     # A multiprocessing Pool worker is daemonic: it may not have children, so only an in-process engine runs there.
     monkeypatch.setattr(multiprocessing.current_process(), "daemon", True)
     before = engine_processes()
-    with pytest.raises(EngineStartError, match=r"daemonic process \(a multiprocessing Pool worker\) cannot start; "
-                                               r"use in_process=True there\.$"):
+    with pytest.raises(
+        EngineStartError,
+        match=r"daemonic process \(a multiprocessing Pool worker\) cannot start; "
+        r"use in_process=True there\.$",
+    ):
         PoolingEngine(minilm, device="cpu", dtype="float32", in_process=False)
     assert engine_processes() == before
 
@@ -211,9 +214,10 @@ def test_keyboard_interrupt_during_a_sync_ingest_leaves_the_engine_usable(any_en
     [("500", r"answered HTTP 500"), ("garbage", r"answered with malformed JSON"), ("sleep", r"timed out after 0\.5 s")],
 )
 def test_remote_failures_map_to_one_error_after_bounded_retries_with_backoff(minilm, mode, message):
-    with FakeServer(mode, delay=3.0) as server, RemoteEngine(
-        minilm, base_url=server.url, max_retries=3, timeout=0.5
-    ) as remote:
+    with (
+        FakeServer(mode, delay=3.0) as server,
+        RemoteEngine(minilm, base_url=server.url, max_retries=3, timeout=0.5) as remote,
+    ):
         started = time.monotonic()
         with pytest.raises(RemoteError, match=rf"/v1/embeddings failed after 4 attempts; last: .*{message}\.$"):
             remote.embed(["a", "b"])

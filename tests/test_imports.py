@@ -10,9 +10,22 @@ import pytest
 
 PUBLIC = {
     "rbln_retrieval": [
-        "DeviceUnavailableError", "EngineDeadError", "EngineHolder", "EngineOptions", "EngineStartError",
-        "ModelFamily", "ModelNotFoundError", "ModelNotSupportedError", "ModelSource", "PoolingEngine",
-        "RBLNRetrievalError", "RetrievalEngine", "detect_family", "get_engine", "rank", "resolve_model",
+        "DeviceUnavailableError",
+        "EngineDeadError",
+        "EngineHolder",
+        "EngineOptions",
+        "EngineStartError",
+        "ModelFamily",
+        "ModelNotFoundError",
+        "ModelNotSupportedError",
+        "ModelSource",
+        "PoolingEngine",
+        "RBLNRetrievalError",
+        "RetrievalEngine",
+        "detect_family",
+        "get_engine",
+        "rank",
+        "resolve_model",
     ],
     "rbln_retrieval.ray": ["embed_dataset", "engine_resources", "score_dataset"],
     "langchain_rbln": ["RBLNEmbeddings", "RBLNReranker", "RBLNSparseEmbeddings", "__version__"],
@@ -31,7 +44,8 @@ def test_public_names_are_pinned(package):
 
 def test_importing_the_core_and_the_integrations_loads_no_engine_library():
     code = (
-        "import sys, rbln_retrieval, langchain_rbln, llama_index.embeddings.rbln, llama_index.postprocessor.rbln_rerank;"
+        "import sys, rbln_retrieval, langchain_rbln, llama_index.embeddings.rbln, "
+        "llama_index.postprocessor.rbln_rerank;"
         "print(' '.join(m for m in ('vllm', 'torch', 'transformers', 'ray', 'qdrant_client') if m in sys.modules))"
     )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()

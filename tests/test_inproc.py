@@ -49,7 +49,10 @@ def test_an_in_process_engine_started_after_vllm_was_imported_gives_the_same_vec
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     done = subprocess.run(
         [sys.executable, "-c", VLLM_FIRST, str(minilm), json.dumps(texts)],
-        capture_output=True, text=True, env=env, timeout=600,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     kind, vectors = json.loads(done.stdout.strip().splitlines()[-1])
@@ -94,8 +97,10 @@ def test_two_in_process_engines_computing_at_once_give_their_own_results(minilm_
                 except BaseException as exc:  # checked below
                     results[name].append(exc)
 
-        threads = [threading.Thread(target=hammer, args=item, daemon=True)
-                   for item in (("minilm", minilm_engine), ("other", other))]
+        threads = [
+            threading.Thread(target=hammer, args=item, daemon=True)
+            for item in (("minilm", minilm_engine), ("other", other))
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
 from huggingface_hub.utils import filter_repo_objects
+from model_builders import HUB_MINILM, HUB_TINY
 
 from rbln_retrieval import ModelNotFoundError, ModelNotSupportedError, PoolingEngine
 from rbln_retrieval.backend.config import BundledConfig, engine_overrides
 from rbln_retrieval.model_source import resolve_model
 from rbln_retrieval.serve import server_args
-from model_builders import HUB_MINILM, HUB_TINY
 
 TOKEN = "hf_rbln_test_token_9c1d7e"
 TEXTS = ["Paris is the capital of France.", "", "How are exceptions raised in Python?"]
@@ -49,7 +49,10 @@ def test_every_spelling_of_a_cached_id_names_one_snapshot(hub, minilm):
 
 def test_revisions_resolve_to_their_own_commit(hub):
     main, v2 = resolve_model(HUB_TINY), resolve_model(f"{HUB_TINY}@v2")
-    assert main.commit != v2.commit and (hub / f"models--{HUB_TINY.replace('/', '--')}" / "refs" / "v2").read_text() == v2.commit
+    assert (
+        main.commit != v2.commit
+        and (hub / f"models--{HUB_TINY.replace('/', '--')}" / "refs" / "v2").read_text() == v2.commit
+    )
 
 
 def test_only_the_files_the_engine_reads_are_fetched(hub, monkeypatch):
@@ -61,18 +64,42 @@ def test_only_the_files_the_engine_reads_are_fetched(hub, monkeypatch):
     resolve_model(HUB_MINILM, weights=False)
     safe, pickle, configs = calls
     assert safe["token"] == TOKEN and safe["local_files_only"] is True  # HF_HUB_OFFLINE=1 in the tests
-    repo = ["model.safetensors", "model-00001-of-00002.safetensors", "config.json", "1_Pooling/config.json",
-            "modules.json", "config_sentence_transformers.json", "sentence_bert_config.json", "tokenizer.json",
-            "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "sentencepiece.bpe.model",
-            "colbert_linear.pt", "sparse_linear.pt", "pytorch_model.bin", "onnx/model.onnx", "onnx/config.json",
-            "openvino/openvino_model.bin", "README.md", "modeling_custom.py"]
+    repo = [
+        "model.safetensors",
+        "model-00001-of-00002.safetensors",
+        "config.json",
+        "1_Pooling/config.json",
+        "modules.json",
+        "config_sentence_transformers.json",
+        "sentence_bert_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "vocab.txt",
+        "sentencepiece.bpe.model",
+        "colbert_linear.pt",
+        "sparse_linear.pt",
+        "pytorch_model.bin",
+        "onnx/model.onnx",
+        "onnx/config.json",
+        "openvino/openvino_model.bin",
+        "README.md",
+        "modeling_custom.py",
+    ]
 
     def fetched(call):
-        return set(filter_repo_objects(repo, allow_patterns=call["allow_patterns"],
-                                       ignore_patterns=call["ignore_patterns"]))
+        return set(
+            filter_repo_objects(repo, allow_patterns=call["allow_patterns"], ignore_patterns=call["ignore_patterns"])
+        )
 
-    not_read = {"pytorch_model.bin", "onnx/model.onnx", "onnx/config.json", "openvino/openvino_model.bin",
-                "README.md", "modeling_custom.py"}
+    not_read = {
+        "pytorch_model.bin",
+        "onnx/model.onnx",
+        "onnx/config.json",
+        "openvino/openvino_model.bin",
+        "README.md",
+        "modeling_custom.py",
+    }
     assert fetched(safe) == set(repo) - not_read
     assert fetched(pickle) == set(repo) - not_read | {"pytorch_model.bin"}
     assert not any(name.endswith((".safetensors", ".pt", ".bin")) for name in fetched(configs))
@@ -109,12 +136,21 @@ def _hub_error(kind: type[Exception]) -> Exception:
     return kind(f"refused Authorization: Bearer {TOKEN}", response=response)
 
 
-@pytest.mark.parametrize(("raised", "expected"), [
-    (_hub_error(GatedRepoError), "org/gated is a gated model: accept its terms on huggingface.co, then pass a token"),
-    (_hub_error(RepositoryNotFoundError), "org/gated is not a model on the Hugging Face Hub, or it is private"),
-    (_hub_error(RevisionNotFoundError), "org/gated has no revision 'v1' on the Hugging Face Hub."),
-    (httpx2.ConnectError(f"no route {TOKEN}"), "Could not fetch org/gated@v1 from the Hugging Face Hub (ConnectError)."),
-])
+@pytest.mark.parametrize(
+    ("raised", "expected"),
+    [
+        (
+            _hub_error(GatedRepoError),
+            "org/gated is a gated model: accept its terms on huggingface.co, then pass a token",
+        ),
+        (_hub_error(RepositoryNotFoundError), "org/gated is not a model on the Hugging Face Hub, or it is private"),
+        (_hub_error(RevisionNotFoundError), "org/gated has no revision 'v1' on the Hugging Face Hub."),
+        (
+            httpx2.ConnectError(f"no route {TOKEN}"),
+            "Could not fetch org/gated@v1 from the Hugging Face Hub (ConnectError).",
+        ),
+    ],
+)
 def test_hub_errors_are_one_sentence_and_never_show_the_token(monkeypatch, caplog, raised, expected):
     """The hub's boundary is simulated: snapshot_download raises what huggingface_hub raises online."""
     caplog.set_level(logging.DEBUG)
@@ -133,8 +169,9 @@ def test_hub_errors_are_one_sentence_and_never_show_the_token(monkeypatch, caplo
 def test_a_new_revision_gets_new_compiled_graphs(hub):
     def cache_dir(reference: str):
         key = str(resolve_model(reference))
-        overrides = engine_overrides(target="host", max_length=256, model=key, dtype="float32", strict_shapes=False,
-                                     user={})
+        overrides = engine_overrides(
+            target="host", max_length=256, model=key, dtype="float32", strict_shapes=False, user={}
+        )
         return BundledConfig(**overrides["additional_config"]["rbln_retrieval"]).cache_dir()
 
     main = cache_dir(HUB_TINY)

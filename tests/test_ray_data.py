@@ -31,8 +31,9 @@ def corpus(n: int) -> list[dict]:
 
 
 def embedding_actors() -> list[dict]:
-    return [a for a in ray._private.state.actors().values()
-            if "_Embedder" in a["ActorClassName"] and a["State"] == "ALIVE"]
+    return [
+        a for a in ray._private.state.actors().values() if "_Embedder" in a["ActorClassName"] and a["State"] == "ALIVE"
+    ]
 
 
 def check_exactly_once(rows: list[dict], local: np.ndarray) -> None:
@@ -72,7 +73,8 @@ def test_an_actor_killed_mid_run_still_embeds_every_row_once(ray_cluster, minilm
     rows, local = rows_and_local
     out, killed = [], []
     for batch in embed_dataset(ray.data.from_items(rows), str(minilm), **POOL, **ENGINE).iter_batches(
-            batch_size=None, batch_format="numpy"):
+        batch_size=None, batch_format="numpy"
+    ):
         out += [{"id": i, "embedding": e} for i, e in zip(batch["id"], batch["embedding"])]
         if not killed:
             # A crash, not a polite stop: Ray restarts the actor and retries the batch it held.
@@ -125,8 +127,11 @@ def synthetic_rows(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     # Made inside Ray Data (the driver never holds the input): about 8 tokens of text, equal for ids with equal
     # id % TOPICS, and a pass-through column that makes the stream about 120 MiB.
     ids = batch["id"]
-    return {"id": ids, "text": np.array([f"a passage on topic {i % TOPICS} of the corpus" for i in ids]),
-            "payload": np.zeros((len(ids), PAYLOAD), dtype=np.uint8) + (ids % 251).astype(np.uint8)[:, None]}
+    return {
+        "id": ids,
+        "text": np.array([f"a passage on topic {i % TOPICS} of the corpus" for i in ids]),
+        "payload": np.zeros((len(ids), PAYLOAD), dtype=np.uint8) + (ids % 251).astype(np.uint8)[:, None],
+    }
 
 
 def test_a_100k_row_stream_embeds_every_id_once_with_bounded_driver_memory(ray_cluster, tiny_models):
@@ -141,7 +146,8 @@ def test_a_100k_row_stream_embeds_every_id_once_with_bounded_driver_memory(ray_c
     started = time.monotonic()
     with PeakMemory() as memory:
         for batch in embed_dataset(ds, str(tiny_models["bert-cls"]), **pool, **ENGINE).iter_batches(
-                batch_size=None, batch_format="numpy"):
+            batch_size=None, batch_format="numpy"
+        ):
             ids = batch["id"].astype(np.int64)
             np.add.at(seen, ids, 1)
             count += len(ids)
@@ -156,9 +162,11 @@ def test_a_100k_row_stream_embeds_every_id_once_with_bounded_driver_memory(ray_c
     stream = n * (PAYLOAD + 64 * 4) / 2**20
     rss, private = memory.growth_mib
     second_half = private - peaks[4]
-    print(f"\n{n} rows in {seconds:.0f} s; driver RSS {memory.baseline[0] / 2**20:.0f} MiB, peak +{rss:.0f} MiB "
-          f"(private +{private:.0f} MiB; after each tenth: {', '.join(f'{p:.0f}' for p in peaks)}; in the second "
-          f"half: +{second_half:.0f} MiB) for a {stream:.0f} MiB stream")
+    print(
+        f"\n{n} rows in {seconds:.0f} s; driver RSS {memory.baseline[0] / 2**20:.0f} MiB, peak +{rss:.0f} MiB "
+        f"(private +{private:.0f} MiB; after each tenth: {', '.join(f'{p:.0f}' for p in peaks)}; in the second "
+        f"half: +{second_half:.0f} MiB) for a {stream:.0f} MiB stream"
+    )
     assert (seen == 1).all(), f"{int((seen == 0).sum())} ids missing, {int((seen > 1).sum())} repeated"
     distances = np.linalg.norm(references[:, None] - references[None], axis=-1) + np.eye(TOPICS)
     assert distances.min() > 1e-4, "two topics got the same vector"
@@ -169,8 +177,9 @@ def test_a_100k_row_stream_embeds_every_id_once_with_bounded_driver_memory(ray_c
 
 def test_score_dataset_scores_each_pair_as_the_engine_does(ray_cluster, minilm, minilm_engine):
     pairs = [{"query": f"topic {q}", "document": f"passage {d} on topic {d % 3}"} for q in range(3) for d in range(5)]
-    out = score_dataset(ray.data.from_items(pairs), str(minilm), actors=1, batch_size=8, num_cpus=0.5,
-                        **ENGINE).take_all()
+    out = score_dataset(
+        ray.data.from_items(pairs), str(minilm), actors=1, batch_size=8, num_cpus=0.5, **ENGINE
+    ).take_all()
     by_pair = {(r["query"], r["document"]): float(r["score"]) for r in out}
     assert len(by_pair) == len(pairs)
     for q in range(3):
@@ -182,7 +191,7 @@ def test_score_dataset_scores_each_pair_as_the_engine_does(ray_cluster, minilm, 
 def test_bad_arguments_fail_in_one_sentence(ray_cluster, minilm):
     with pytest.raises(ValueError, match="actors=0 must be a positive integer"):
         embed_dataset(ray.data.from_items([{"text": "a"}]), str(minilm), actors=0)
-    with pytest.raises(TypeError, match="expected a ray.data.Dataset"):
+    with pytest.raises(TypeError, match=r"expected a ray\.data\.Dataset"):
         embed_dataset([{"text": "a"}], str(minilm))
 
 
@@ -192,13 +201,16 @@ PASSAGES = {
     "tides.txt": "Ocean tides rise and fall twice a day, pulled by the gravity of the moon and the sun.",
 }
 # Rows of one file share a source; the repeated row is stored once.
-JSONL_PASSAGES = ["Chess is a board game for two players; each starts with sixteen pieces.",
-                  "A violin has four strings and is played with a bow made of horsehair.",
-                  "Chess is a board game for two players; each starts with sixteen pieces."]
+JSONL_PASSAGES = [
+    "Chess is a board game for two players; each starts with sixteen pieces.",
+    "A violin has four strings and is played with a bow made of horsehair.",
+    "Chess is a board game for two players; each starts with sixteen pieces.",
+]
 
 
-def test_the_ray_ingest_example_writes_a_store_that_rbln_embeddings_queries(ray_cluster, minilm, minilm_engine,
-                                                                            tmp_path):
+def test_the_ray_ingest_example_writes_a_store_that_rbln_embeddings_queries(
+    ray_cluster, minilm, minilm_engine, tmp_path
+):
     import json
     import subprocess
     import sys
@@ -219,9 +231,24 @@ def test_the_ray_ingest_example_writes_a_store_that_rbln_embeddings_queries(ray_
     example = Path(__file__).resolve().parent.parent / "examples" / "ray_ingest.py"
     # The example joins this module's cluster instead of starting one of its own.
     result = subprocess.run(
-        [sys.executable, str(example), str(folder), str(jsonl), "--persist-dir", str(store), "--model", str(minilm),
-         "--address", ray_cluster.get_runtime_context().gcs_address, "--question", "What comes out of a volcano?"],
-        capture_output=True, text=True, timeout=900)
+        [
+            sys.executable,
+            str(example),
+            str(folder),
+            str(jsonl),
+            "--persist-dir",
+            str(store),
+            "--model",
+            str(minilm),
+            "--address",
+            ray_cluster.get_runtime_context().gcs_address,
+            "--question",
+            "What comes out of a volcano?",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
     unique = len(PASSAGES) + len(set(JSONL_PASSAGES))  # each passage is one chunk
     assert re.search(r"^\d+ chunks in [\d.]+ s -> ", result.stdout, re.M), result.stdout
@@ -233,8 +260,10 @@ def test_the_ray_ingest_example_writes_a_store_that_rbln_embeddings_queries(ray_
     assert collection.count() == unique
     embeddings = RBLNEmbeddings(model=str(minilm), device="cpu", dtype="float32")  # the local engine's options
     vector_store = Chroma(client=client, collection_name="ray-ingest", embedding_function=embeddings)
-    for question, source, text in [("Why does bread dough rise?", str(folder / "baking.md"), PASSAGES["baking.md"]),
-                                   ("How many strings does a violin have?", str(jsonl), JSONL_PASSAGES[1])]:
+    for question, source, text in [
+        ("Why does bread dough rise?", str(folder / "baking.md"), PASSAGES["baking.md"]),
+        ("How many strings does a violin have?", str(jsonl), JSONL_PASSAGES[1]),
+    ]:
         (top, _), *_ = vector_store.similarity_search_with_score(question, k=3)
         assert (top.metadata["source"], top.page_content) == (source, text), question
     stored = collection.get(where={"source": str(jsonl)}, include=["documents", "embeddings"])

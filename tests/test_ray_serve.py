@@ -26,8 +26,11 @@ API_KEY = "ray-serve-key-8d1e"
 
 
 def replicas() -> list[dict]:
-    return [a for a in ray._private.state.actors().values()
-            if a["ActorClassName"].startswith("ServeReplica:") and a["State"] == "ALIVE"]
+    return [
+        a
+        for a in ray._private.state.actors().values()
+        if a["ActorClassName"].startswith("ServeReplica:") and a["State"] == "ALIVE"
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -88,5 +91,5 @@ def test_remote_engine_equals_local_and_survives_a_killed_replica(proxy_url, min
     assert len(answered) > killed_at, "no call was answered after the replica was killed"
     assert max(answered) <= 1e-5
     # The dead replica's vLLM engine processes do not outlive it.
-    gone, alive = psutil.wait_procs(engine_processes, timeout=30)
+    _, alive = psutil.wait_procs(engine_processes, timeout=30)
     assert not alive, f"engine processes of the killed replica still run: {[p.pid for p in alive]}"

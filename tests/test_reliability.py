@@ -83,10 +83,25 @@ def test_a_megabyte_text_under_truncate_start_and_error(minilm, minilm_engine, m
         tokenizer.encode_texts(["a"] * 4 + [megabyte_text], "", "error")
 
 
-CONTROL = ["nul\x00inside", "\x00", "bell\x07 escape\x1b[31m red", "tab\tnew\nline\rcr", "\x7f\x85\u200b\ufeff",
-           "line\u2028separator", "surrogate-free \U0010fffd private use"]
-SCRIPTS = ["😀🚀👍🏽 emoji only", "مرحبا بالعالم، هذا نص عربي", "שלום עולם", "\u202eRTL override\u202c text",
-           "日本語のテキストです", "中文文本检索", "한국어 문장", "mixed: Paris 파리 باريس 巴黎 🗼"]
+CONTROL = [
+    "nul\x00inside",
+    "\x00",
+    "bell\x07 escape\x1b[31m red",
+    "tab\tnew\nline\rcr",
+    "\x7f\x85\u200b\ufeff",
+    "line\u2028separator",
+    "surrogate-free \U0010fffd private use",
+]
+SCRIPTS = [
+    "😀🚀👍🏽 emoji only",
+    "مرحبا بالعالم، هذا نص عربي",
+    "שלום עולם",
+    "\u202eRTL override\u202c text",
+    "日本語のテキストです",
+    "中文文本检索",
+    "한국어 문장",
+    "mixed: Paris 파리 باريس 巴黎 🗼",
+]
 
 
 @pytest.mark.parametrize("texts", [CONTROL, SCRIPTS], ids=["nul-and-control", "emoji-rtl-cjk"])
@@ -142,22 +157,24 @@ def test_a_generator_of_100k_texts_is_processed_in_bounded_chunks(minilm_engine)
             sampler.join()
     seconds = time.monotonic() - started
     output = vectors.nbytes
-    print(f"\n100,000 texts from a generator: {seconds:.0f} s; peak RSS growth {rss.growth / 2**20:.0f} MiB "
-          f"for a {output / 2**20:.0f} MiB result ({rss.growth / output:.2f}x)")
+    print(
+        f"\n100,000 texts from a generator: {seconds:.0f} s; peak RSS growth {rss.growth / 2**20:.0f} MiB "
+        f"for a {output / 2**20:.0f} MiB result ({rss.growth / output:.2f}x)"
+    )
     assert pulled == n and vectors.shape == (n, 384)
     # Chunked: the engine computes while most of the generator is still unread, never more than a chunk at once.
     assert any(busy and count < n // 2 for count, busy in samples), "the generator was drained before any work"
     assert max(busy for _, busy in samples) <= CHUNK_SIZE
     # The result itself must be held; everything else (prompts, tokens, requests in flight) is one chunk at a time.
     assert rss.growth < 2 * output + 256 * 2**20
-    sample_rows = list(range(0, n, 9_973)) + [n - 1]
+    sample_rows = [*range(0, n, 9_973), n - 1]
     expected = minilm_engine.embed([f"document number {i} of the stream" for i in sample_rows])
     np.testing.assert_allclose(vectors[sample_rows], expected, atol=1e-5)
 
 
 def test_one_result_per_input_in_input_order(minilm_engine):
     docs = [p for p in passages(min_words=5)][:200]
-    texts = docs + ["", " ", docs[0], docs[0]]  # duplicates and empties keep their own slots
+    texts = [*docs, "", " ", docs[0], docs[0]]  # duplicates and empties keep their own slots
     vectors = minilm_engine.embed(texts)
     assert vectors.shape == (len(texts), 384)
     permutation = np.random.default_rng(7).permutation(len(texts))

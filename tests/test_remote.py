@@ -9,11 +9,11 @@ import time
 import numpy as np
 import pytest
 from corpus import mixed_length, passages
+from model_builders import HUB_MINILM
 from servers import Server
 
 from rbln_retrieval import PoolingEngine, get_engine
 from rbln_retrieval.remote import RemoteAuthError, RemoteEngine, RemoteError
-from model_builders import HUB_MINILM
 
 pytestmark = pytest.mark.server
 
@@ -26,10 +26,16 @@ def servers(minilm, tiny_models, tmp_path_factory, hub_cache):
     """Two MiniLM replicas, MiniLM by its Hugging Face id (offline, from hub_cache) and one server per tiny
     reranker/Qwen3 family, all behind the same API key."""
     logs = tmp_path_factory.mktemp("server-logs")
-    models = {"minilm-a": minilm, "minilm-b": minilm, "minilm-id": f"{HUB_MINILM}@main", **{
-              name: tiny_models[name] for name in ("qwen3-embedding", "qwen3-reranker", "bert-cross-encoder")}}
-    started = {name: Server(path, logs / f"{name}.log", api_key=API_KEY, env={"HF_HUB_CACHE": str(hub_cache)})
-               for name, path in models.items()}
+    models = {
+        "minilm-a": minilm,
+        "minilm-b": minilm,
+        "minilm-id": f"{HUB_MINILM}@main",
+        **{name: tiny_models[name] for name in ("qwen3-embedding", "qwen3-reranker", "bert-cross-encoder")},
+    }
+    started = {
+        name: Server(path, logs / f"{name}.log", api_key=API_KEY, env={"HF_HUB_CACHE": str(hub_cache)})
+        for name, path in models.items()
+    }
     try:
         for server in started.values():
             server.wait_ready()
@@ -58,11 +64,13 @@ def test_remote_embed_equals_local_for_documents_and_queries(servers, minilm, mi
     texts = mixed_length(120)
     with _remote(minilm, servers["minilm-a"].url) as remote:
         np.testing.assert_allclose(remote.embed(texts), minilm_engine.embed(texts), atol=1e-5)
-        np.testing.assert_allclose(remote.embed([QUERY], kind="query"), minilm_engine.embed([QUERY], kind="query"),
-                                   atol=1e-5)
+        np.testing.assert_allclose(
+            remote.embed([QUERY], kind="query"), minilm_engine.embed([QUERY], kind="query"), atol=1e-5
+        )
         assert remote.score(QUERY, texts[:20]) == pytest.approx(minilm_engine.score(QUERY, texts[:20]), abs=1e-5)
         assert [i for i, _ in remote.rerank(QUERY, texts[:20], top_n=5)] == [
-            i for i, _ in minilm_engine.rerank(QUERY, texts[:20], top_n=5)]
+            i for i, _ in minilm_engine.rerank(QUERY, texts[:20], top_n=5)
+        ]
         assert remote.embed([]).shape == (0, 384)
 
 
@@ -71,10 +79,12 @@ def test_remote_qwen3_embedding_applies_the_query_instruction_like_local(servers
     local = PoolingEngine.shared(path, device="cpu", dtype="float32")
     with _remote(path, servers["qwen3-embedding"].url) as remote:
         for kwargs in ({}, {"kind": "query"}, {"kind": "query", "instruction": "Find Python docs"}):
-            np.testing.assert_allclose(remote.embed([QUERY, "plain"], **kwargs), local.embed([QUERY, "plain"], **kwargs),
-                                       atol=1e-5)
-        np.testing.assert_allclose(remote.embed(["a b c"], dimensions=16), local.embed(["a b c"], dimensions=16),
-                                   atol=1e-5)
+            np.testing.assert_allclose(
+                remote.embed([QUERY, "plain"], **kwargs), local.embed([QUERY, "plain"], **kwargs), atol=1e-5
+            )
+        np.testing.assert_allclose(
+            remote.embed(["a b c"], dimensions=16), local.embed(["a b c"], dimensions=16), atol=1e-5
+        )
 
 
 @pytest.mark.parametrize("name", ["qwen3-reranker", "bert-cross-encoder"])
@@ -101,21 +111,32 @@ def test_a_server_started_from_an_id_publishes_it_and_clients_pass_the_same_id(s
     with _remote(f"{HUB_MINILM}@main", url, cache_folder=hub_cache) as remote:
         assert remote.family.hidden_size == 384  # read from the id's configs in the client's cache
         np.testing.assert_allclose(remote.embed(texts), minilm_engine.embed(texts), atol=1e-5)
-        np.testing.assert_allclose(remote.embed([QUERY], kind="query"), minilm_engine.embed([QUERY], kind="query"),
-                                   atol=1e-5)
+        np.testing.assert_allclose(
+            remote.embed([QUERY], kind="query"), minilm_engine.embed([QUERY], kind="query"), atol=1e-5
+        )
 
 
 def test_get_engine_with_base_url_is_remote_and_shared(servers, minilm):
     engine = get_engine(minilm, base_url=servers["minilm-a"].url, api_key=API_KEY, device="cpu", dtype="float32")
     assert isinstance(engine.engine, RemoteEngine)
-    assert get_engine(minilm, base_url=servers["minilm-a"].url, api_key=API_KEY, device="cpu", dtype="float32",
-                      timeout=5, truncate="start").engine is engine.engine  # per-call settings share the client
+    assert (
+        get_engine(
+            minilm,
+            base_url=servers["minilm-a"].url,
+            api_key=API_KEY,
+            device="cpu",
+            dtype="float32",
+            timeout=5,
+            truncate="start",
+        ).engine
+        is engine.engine
+    )  # per-call settings share the client
 
 
 def test_api_key_required_and_never_shown(servers, minilm, caplog):
     caplog.set_level(logging.DEBUG)
     with RemoteEngine(minilm, base_url=servers["minilm-a"].url, api_key=None) as anonymous:
-        with pytest.raises(RemoteAuthError, match="HTTP 401.*set api_key"):
+        with pytest.raises(RemoteAuthError, match=r"HTTP 401.*set api_key"):
             anonymous.embed(["x"])
     with _remote(minilm, servers["minilm-a"].url) as remote:
         assert remote.embed(["x"]).shape == (1, 384)
@@ -136,8 +157,9 @@ def test_connection_refused_is_a_clear_error_after_bounded_retries(minilm):
 
 def test_framework_classes_in_remote_mode_equal_local(servers, minilm, minilm_engine, tiny_models):
     from langchain_core.documents import Document
-    from langchain_rbln import RBLNEmbeddings, RBLNReranker
     from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+
+    from langchain_rbln import RBLNEmbeddings, RBLNReranker
     from llama_index.embeddings.rbln import RBLNEmbedding
     from llama_index.postprocessor.rbln_rerank import RBLNReranker as NodeReranker
 
@@ -151,12 +173,14 @@ def test_framework_classes_in_remote_mode_equal_local(servers, minilm, minilm_en
 
     path = tiny_models["bert-cross-encoder"]
     local_scores = PoolingEngine.shared(path, device="cpu", dtype="float32").score(QUERY, texts[:8])
-    reranked = RBLNReranker(model=str(path), top_n=None, base_url=servers["bert-cross-encoder"].url,
-                            api_key=API_KEY).compress_documents([Document(page_content=t) for t in texts[:8]], QUERY)
+    reranked = RBLNReranker(
+        model=str(path), top_n=None, base_url=servers["bert-cross-encoder"].url, api_key=API_KEY
+    ).compress_documents([Document(page_content=t) for t in texts[:8]], QUERY)
     assert sorted(d.metadata["relevance_score"] for d in reranked) == pytest.approx(sorted(local_scores), abs=1e-5)
     nodes = [NodeWithScore(node=TextNode(text=t)) for t in texts[:8]]
-    ranked = NodeReranker(model=str(path), top_n=8, base_url=servers["bert-cross-encoder"].url,
-                          api_key=API_KEY).postprocess_nodes(nodes, query_bundle=QueryBundle(QUERY))
+    ranked = NodeReranker(
+        model=str(path), top_n=8, base_url=servers["bert-cross-encoder"].url, api_key=API_KEY
+    ).postprocess_nodes(nodes, query_bundle=QueryBundle(QUERY))
     assert sorted(n.score for n in ranked) == pytest.approx(sorted(local_scores), abs=1e-5)
 
 
@@ -186,8 +210,10 @@ def test_the_server_describes_its_model_behind_the_api_key(servers, tiny_models)
     described = httpx.get(url, headers={"Authorization": f"Bearer {API_KEY}"}).json()
     family = described["family"]
     assert family["name"] == "qwen3-reranker" and family["default_instruction"]
-    assert family["max_length"] == PoolingEngine.shared(tiny_models["qwen3-reranker"], device="cpu",
-                                                        dtype="float32").family.max_length
+    assert (
+        family["max_length"]
+        == PoolingEngine.shared(tiny_models["qwen3-reranker"], device="cpu", dtype="float32").family.max_length
+    )
 
 
 @pytest.mark.parametrize("name", ["qwen3-embedding", "qwen3-reranker", "bert-cross-encoder"])
@@ -207,8 +233,10 @@ def test_a_client_with_only_the_model_name_scores_like_local(servers, tiny_model
 
 def test_an_explicit_family_that_contradicts_the_server_is_an_error(servers):
     with _remote("bge-reranker-base", servers["bert-cross-encoder"].url, family="bi-encoder") as remote:
-        with pytest.raises(ValueError, match="family='bi-encoder' was requested, but the server serves "
-                                             "bge-reranker-base as 'cross-encoder'"):
+        with pytest.raises(
+            ValueError,
+            match="family='bi-encoder' was requested, but the server serves bge-reranker-base as 'cross-encoder'",
+        ):
             remote.score(QUERY, ["a"])
     with _remote("bge-reranker-base", servers["bert-cross-encoder"].url, family="cross-encoder") as remote:
         assert len(remote.score(QUERY, ["a"])) == 1
@@ -216,8 +244,9 @@ def test_an_explicit_family_that_contradicts_the_server_is_an_error(servers):
 
 def test_framework_rerankers_with_only_the_model_name_equal_local(servers, tiny_models):
     from langchain_core.documents import Document
-    from langchain_rbln import RBLNReranker
     from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+
+    from langchain_rbln import RBLNReranker
     from llama_index.postprocessor.rbln_rerank import RBLNReranker as NodeReranker
 
     texts = mixed_length(8)
@@ -225,10 +254,15 @@ def test_framework_rerankers_with_only_the_model_name_equal_local(servers, tiny_
         expected = sorted(PoolingEngine.shared(tiny_models[name], device="cpu", dtype="float32").score(QUERY, texts))
         remote = {"base_url": servers[name].url, "api_key": API_KEY, "top_n": None}
         with RBLNReranker(model="bge-reranker-base", **remote) as lc:
-            scores = [d.metadata["relevance_score"] for d in lc.compress_documents([Document(page_content=t) for t in texts], QUERY)]
+            scores = [
+                d.metadata["relevance_score"]
+                for d in lc.compress_documents([Document(page_content=t) for t in texts], QUERY)
+            ]
         assert sorted(scores) == pytest.approx(expected, abs=1e-5)
         with NodeReranker(model="bge-reranker-base", **remote) as li:
-            ranked = li.postprocess_nodes([NodeWithScore(node=TextNode(text=t)) for t in texts], query_bundle=QueryBundle(QUERY))
+            ranked = li.postprocess_nodes(
+                [NodeWithScore(node=TextNode(text=t)) for t in texts], query_bundle=QueryBundle(QUERY)
+            )
         assert sorted(n.score for n in ranked) == pytest.approx(expected, abs=1e-5)
 
 

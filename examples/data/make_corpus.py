@@ -11,9 +11,8 @@ queries.jsonl have one right answer. Pages left empty by that ("else" repeats "i
 from __future__ import annotations
 
 import json
-import sys
-
 import pydoc_data.topics
+import sys
 
 
 def _paragraphs(page: str) -> list[str]:

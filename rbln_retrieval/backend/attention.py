@@ -22,6 +22,7 @@ written to the KV cache: pooling requests finish in the step that computes them.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -79,7 +80,7 @@ class PackedAttentionMetadataBuilder(AttentionMetadataBuilder[PackedAttentionMet
         bounds = None
         if self.host:
             starts = query_start.tolist()
-            bounds = list(zip(starts[:-1], starts[1:]))
+            bounds = list(itertools.pairwise(starts))
         return PackedAttentionMetadata(bucket, real, causal, seq_ids, bounds)
 
 
@@ -134,15 +135,24 @@ class PackedAttentionImpl(AttentionImpl[PackedAttentionMetadata]):
             output[md.num_real_tokens : md.num_actual_tokens].zero_()
             return output
         output[: md.num_actual_tokens] = packed_attention(
-            query[: md.num_actual_tokens], key[: md.num_actual_tokens], value[: md.num_actual_tokens],
-            md.seq_ids, md.causal, self.scale,
+            query[: md.num_actual_tokens],
+            key[: md.num_actual_tokens],
+            value[: md.num_actual_tokens],
+            md.seq_ids,
+            md.causal,
+            self.scale,
         )
         return output
 
 
 def per_prompt_attention(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bounds: list[tuple[int, int]], causal: bool,
-    scale: float, output: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    bounds: list[tuple[int, int]],
+    causal: bool,
+    scale: float,
+    output: torch.Tensor,
 ) -> None:
     """Each prompt's rows attend among themselves through torch's fused attention, written into ``output``'s
     first rows (one per prompt token)."""

@@ -7,8 +7,9 @@ Callers tune them through ``PoolingEngine(..., engine_kwargs={"additional_config
 - ``step_cost_tokens``: a step's fixed cost in tokens, which the packing scheduler weighs against padding
   (default 64; raise it where a graph launch costs more than that much compute);
 - ``kernels``: "host" (the host default: torch's fused CPU attention per packed prompt and vLLM's C RMSNorm,
-  called outside the graph, and BERT blocks' GELU and residual adds written in place) or "static" (everything in torch ops traced into the
-  bucket graph, masked bucket attention included: what the NPU compiles, and always used there);
+  called outside the graph, and BERT blocks' GELU and residual adds written in place) or "static" (everything in
+  torch ops traced into the bucket graph, masked bucket attention included: what the NPU compiles, and always used
+  there);
 - ``host_compile_backend``: "none" (default: the host runs the same bucket-shaped forward without tracing it),
   "eager" (dynamo traces one graph per bucket) or "inductor"; ``strict_shapes`` always traces;
 - ``one_request_per_step``: reproduce upstream vllm-rbln's prefill (one prompt per step padded to max_length);

@@ -1,9 +1,10 @@
 """BERT-family encoder blocks with their elementwise steps written in place, for host kernels.
 
 Eager PyTorch gives every op a fresh output tensor, and on the host a fresh multi-megabyte activation is paid for
-in page faults, about as much again as the op itself. vLLM's stock CPU runner avoids this by compiling the model with Inductor, which fuses these ops and reuses
-buffers. The bundled host runs eagerly, so its blocks write GELU and the residual add into the GEMM output that
-consumes them, a tensor nothing else reads. The arithmetic is unchanged, so results are bit-identical.
+in page faults, about as much again as the op itself. vLLM's stock CPU runner avoids this by compiling the model
+with Inductor, which fuses these ops and reuses buffers. The bundled host runs eagerly, so its blocks write GELU
+and the residual add into the GEMM output that consumes them, a tensor nothing else reads. The arithmetic is
+unchanged, so results are bit-identical.
 
 Only vLLM's own BERT classes (which RoBERTa and XLM-R reuse) are rebound, matched by exact type, so a subclass with
 a forward of its own keeps it.

@@ -69,7 +69,9 @@ class BundledPlatform(CpuPlatform):
         return super().opaque_attention_op()
 
     @classmethod
-    def get_attn_backend_cls(cls, selected_backend: Any, attn_selector_config: Any, num_heads: int | None = None) -> str:
+    def get_attn_backend_cls(
+        cls, selected_backend: Any, attn_selector_config: Any, num_heads: int | None = None
+    ) -> str:
         from vllm.config import get_current_vllm_config  # vllm.config imports the platform while loading
 
         if BundledConfig.requested(get_current_vllm_config()):

@@ -56,7 +56,11 @@ class TaskHead:
         x = pooled
         for inner in self.inner:
             x = _embedding_part(inner, x)
-        x = _embedding_part(self.head, x) if isinstance(self.head, EmbeddingPoolerHead) else _classifier_part(self.head, x)
+        x = (
+            _embedding_part(self.head, x)
+            if isinstance(self.head, EmbeddingPoolerHead)
+            else _classifier_part(self.head, x)
+        )
         activated = self.head.activation(x) if self.head.activation is not None else x
         return x, activated
 

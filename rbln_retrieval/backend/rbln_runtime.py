@@ -37,7 +37,9 @@ def probe() -> RuntimeProbe:
     devices = len(glob.glob("/dev/rbln[0-9]*"))
     if missing:
         pretty = {"rebel": "rebel-compiler", "torch_rbln": "torch-rbln"}
-        return RuntimeProbe(False, devices, f"the RBLN runtime is not installed ({', '.join(pretty[m] for m in missing)} missing)")
+        return RuntimeProbe(
+            False, devices, f"the RBLN runtime is not installed ({', '.join(pretty[m] for m in missing)} missing)"
+        )
     if devices == 0:
         return RuntimeProbe(True, 0, "the RBLN runtime is installed but no NPU device (/dev/rbln*) is present")
     return RuntimeProbe(True, devices, f"the RBLN runtime is installed and {devices} NPU device(s) are present")

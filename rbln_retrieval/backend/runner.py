@@ -95,8 +95,12 @@ class BundledModelRunner(CPUModelRunner):
             self._graph = torch.compile(
                 _own_code(self._forward_and_pool), backend=self.compile_backend, options=options, dynamic=False
             )
-        logger.info("Bundled runner (%s): buckets %s, cache %s", self.bundled.target, self.bundled.buckets,
-                    self.bundled.cache_dir())
+        logger.info(
+            "Bundled runner (%s): buckets %s, cache %s",
+            self.bundled.target,
+            self.bundled.buckets,
+            self.bundled.cache_dir(),
+        )
 
     def _forward_and_pool(
         self,
@@ -110,7 +114,9 @@ class BundledModelRunner(CPUModelRunner):
             # vLLM's BERT folds token types into input_ids and strips them again, both in place: on a copy, the
             # graph never writes into its own input.
             input_ids = input_ids.clone()
-        hidden = self.model(input_ids=input_ids, positions=positions, intermediate_tensors=None, inputs_embeds=None, **extra)
+        hidden = self.model(
+            input_ids=input_ids, positions=positions, intermediate_tensors=None, inputs_embeds=None, **extra
+        )
         rows = hidden.float()
         pooled = {task: head.in_graph(weights[head.method] @ rows) for task, head in self.heads.items()}
         return hidden, pooled
@@ -223,8 +229,13 @@ class BundledModelRunner(CPUModelRunner):
             "compiles_after_warmup": sum(g.after_warmup for g in graphs),
             "graph_breaks": graph_breaks() - self._graph_breaks_at_start if self.bundled.traced else 0,
             "graphs": [
-                {"bucket": g.bucket, "input_shapes": g.input_shapes, "after_warmup": g.after_warmup, "ops": g.ops,
-                 "lifted_weights": g.lifted_weights}
+                {
+                    "bucket": g.bucket,
+                    "input_shapes": g.input_shapes,
+                    "after_warmup": g.after_warmup,
+                    "ops": g.ops,
+                    "lifted_weights": g.lifted_weights,
+                }
                 for g in graphs
             ],
             "pooling_in_graph": sorted(self.heads),
@@ -234,8 +245,12 @@ class BundledModelRunner(CPUModelRunner):
             },
             # vLLM wraps the builder in a generated subclass for encoder-only layers: both names appear here.
             "attention_builders": sorted(
-                {f"{type(b).__name__}({type(b).__mro__[1].__name__})" for gs in self.attn_groups for g in gs
-                 for b in g.metadata_builders}
+                {
+                    f"{type(b).__name__}({type(b).__mro__[1].__name__})"
+                    for gs in self.attn_groups
+                    for g in gs
+                    for b in g.metadata_builders
+                }
             ),
             "compile_cache": {"dir": str(self.bundled.cache_dir()), "reused": self.cache_reused},
             "compile_only": self.bundled.compile_only,

@@ -34,6 +34,7 @@ def check_version() -> None:
             )
         return
 
+
 # vLLM's CustomOp layers (RoPE, activations, ...) run their torch-native forward under this base mode instead of
 # their `_C` CPU kernels (`vllm.model_executor.custom_op.CustomOp.enabled`).
 NATIVE_CUSTOM_OPS = ["none"]

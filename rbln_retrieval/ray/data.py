@@ -45,8 +45,16 @@ def embed_dataset(
     """
     _check_pool(actors, batch_size)
     call = {"kind": kind, "instruction": instruction, "dimensions": dimensions}
-    return _map(dataset, _Embedder, (model, engine_options, column, output_column, call), actors=actors,
-                batch_size=batch_size, num_cpus=num_cpus, max_restarts=max_restarts, ray_remote_args=ray_remote_args)
+    return _map(
+        dataset,
+        _Embedder,
+        (model, engine_options, column, output_column, call),
+        actors=actors,
+        batch_size=batch_size,
+        num_cpus=num_cpus,
+        max_restarts=max_restarts,
+        ray_remote_args=ray_remote_args,
+    )
 
 
 def score_dataset(
@@ -69,8 +77,16 @@ def score_dataset(
     retries as ``embed_dataset``."""
     _check_pool(actors, batch_size)
     args = (model, engine_options, query_column, document_column, output_column, instruction)
-    return _map(dataset, _Scorer, args, actors=actors, batch_size=batch_size, num_cpus=num_cpus,
-                max_restarts=max_restarts, ray_remote_args=ray_remote_args)
+    return _map(
+        dataset,
+        _Scorer,
+        args,
+        actors=actors,
+        batch_size=batch_size,
+        num_cpus=num_cpus,
+        max_restarts=max_restarts,
+        ray_remote_args=ray_remote_args,
+    )
 
 
 def _check_pool(actors: int, batch_size: int) -> None:
@@ -80,8 +96,17 @@ def _check_pool(actors: int, batch_size: int) -> None:
         raise ValueError(f"batch_size={batch_size!r} must be a positive integer.")
 
 
-def _map(dataset: ray.data.Dataset, actor: type, args: tuple[Any, ...], *, actors: int, batch_size: int,
-         num_cpus: float | None, max_restarts: int, ray_remote_args: dict[str, Any] | None) -> ray.data.Dataset:
+def _map(
+    dataset: ray.data.Dataset,
+    actor: type,
+    args: tuple[Any, ...],
+    *,
+    actors: int,
+    batch_size: int,
+    num_cpus: float | None,
+    max_restarts: int,
+    ray_remote_args: dict[str, Any] | None,
+) -> ray.data.Dataset:
     if not isinstance(dataset, ray.data.Dataset):
         raise TypeError(f"dataset is {type(dataset).__name__}, expected a ray.data.Dataset.")
     remote_args = {**engine_resources(num_cpus), **(ray_remote_args or {})}
@@ -112,8 +137,9 @@ def _column(batch: dict[str, np.ndarray], name: str) -> list[str]:
 class _Embedder:
     """One engine per actor, kept for the actor's life."""
 
-    def __init__(self, model: str, engine_options: dict[str, Any], column: str, output_column: str,
-                 call: dict[str, Any]):
+    def __init__(
+        self, model: str, engine_options: dict[str, Any], column: str, output_column: str, call: dict[str, Any]
+    ):
         announce_placement("embedding actor")
         self.engine = PoolingEngine(model, **engine_options)
         self.column, self.output_column, self.call = column, output_column, call
@@ -124,8 +150,15 @@ class _Embedder:
 
 
 class _Scorer:
-    def __init__(self, model: str, engine_options: dict[str, Any], query_column: str, document_column: str,
-                 output_column: str, instruction: str | None):
+    def __init__(
+        self,
+        model: str,
+        engine_options: dict[str, Any],
+        query_column: str,
+        document_column: str,
+        output_column: str,
+        instruction: str | None,
+    ):
         announce_placement("scoring actor")
         self.engine = PoolingEngine(model, **engine_options)
         self.query_column, self.document_column = query_column, document_column

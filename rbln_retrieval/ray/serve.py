@@ -70,8 +70,9 @@ def pooling_app(
     ``RBLN_API_KEY``) is required as a bearer token on every route but /health; ``engine_options`` are those of
     ``rbln-retrieval serve`` (``device``, ``dtype``, ``max_length``, ``revision``, ...).
     """
-    if autoscaling_config is None and (isinstance(num_replicas, bool) or not isinstance(num_replicas, int)
-                                       or num_replicas < 1):
+    if autoscaling_config is None and (
+        isinstance(num_replicas, bool) or not isinstance(num_replicas, int) or num_replicas < 1
+    ):
         raise ValueError(f"num_replicas={num_replicas!r} must be a positive integer.")
     api_key = api_key or os.environ.get("RBLN_API_KEY")
     scaling = {"autoscaling_config": autoscaling_config} if autoscaling_config else {"num_replicas": num_replicas}

@@ -11,11 +11,11 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from model_builders import minilm_path
+from npu import STANDIN, rbln_options
 
 from rbln_retrieval import PoolingEngine
 from rbln_retrieval.backend import rbln_runtime
-from model_builders import minilm_path
-from npu import STANDIN, rbln_options
 
 SETTINGS = {"max_num_batched_tokens": 1024}
 

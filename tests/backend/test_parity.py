@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import reference
 from corpus import mixed_length, passages
-
 from model_builders import BUILDERS
 
 FAMILIES = [*BUILDERS, "all-MiniLM-L6-v2"]
@@ -52,8 +51,13 @@ def _reference(path, family):
     if family.name == "cross-encoder":
         return {"scores": np.array(reference.cross_encoder_scores(str(path), QUERY, TEXTS, max_length=length))}
     if family.name == "qwen3-reranker":
-        return {"scores": np.array(reference.qwen3_reranker_scores(
-            str(path), QUERY, TEXTS, instruction=family.default_instruction, max_length=length))}
+        return {
+            "scores": np.array(
+                reference.qwen3_reranker_scores(
+                    str(path), QUERY, TEXTS, instruction=family.default_instruction, max_length=length
+                )
+            )
+        }
     kw = dict(pooling=family.pooling, max_length=length, normalize=family.normalize)
     documents = reference.embed(str(path), TEXTS, prefix=family.document_prompt, **kw)
     queries = reference.embed(str(path), [QUERY, TEXTS[3]], prefix=family.query_prompt, **kw)
@@ -227,9 +231,7 @@ def _record_rms_norm_kernels(worker):
     forward = runner._model_forward
 
     def recorded(*args, **kwargs):
-        runner.rms_norm_kernels.append(
-            (ir.ops.rms_norm.get_priority()[0], ir.ops.fused_add_rms_norm.get_priority()[0])
-        )
+        runner.rms_norm_kernels.append((ir.ops.rms_norm.get_priority()[0], ir.ops.fused_add_rms_norm.get_priority()[0]))
         return forward(*args, **kwargs)
 
     runner._model_forward = recorded

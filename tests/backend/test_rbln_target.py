@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from model_builders import minilm_path
 from npu import rbln_options
 
 from rbln_retrieval import PoolingEngine, backend, get_engine
@@ -21,7 +22,6 @@ from rbln_retrieval.backend.compile import recording_backend
 from rbln_retrieval.backend.config import BundledConfig
 from rbln_retrieval.cli import main
 from rbln_retrieval.errors import DeviceUnavailableError
-from model_builders import minilm_path
 
 NO_RUNTIME = "device='rbln' cannot be used: the RBLN runtime is not installed (rebel-compiler, torch-rbln missing)"
 QUERY = "How are exceptions raised and handled in Python?"
@@ -50,7 +50,7 @@ def main_or_raise(argv: list[str]) -> int:
     """The CLI's own error path prints; this re-raises what it caught, for an exact assertion."""
     from rbln_retrieval import cli
 
-    parser, commands = cli._parser()
+    _, commands = cli._parser()
     args = commands[argv[0]].parse_intermixed_args(argv[1:])
     return args.run(args)
 
@@ -120,7 +120,9 @@ def test_device_rbln_starts_vllm_with_the_static_graph_settings(standin_rebel, m
     assert os.environ.get(backend.ACTIVATE_ENV) is None
     args = started["args"]
     settings = args.additional_config["rbln_retrieval"]
-    assert settings["target"] == "rbln" and settings["kernels"] == "static" and settings["cache_key"]["soc"] == "RBLN-CA25"
+    assert (
+        settings["target"] == "rbln" and settings["kernels"] == "static" and settings["cache_key"]["soc"] == "RBLN-CA25"
+    )
     assert args.compilation_config.custom_ops == ["none"], "vLLM's custom ops run their torch-native forward"
     assert args.worker_cls == "rbln_retrieval.backend.worker.BundledWorker"
     assert args.enable_chunked_prefill is False and args.enable_prefix_caching is False
@@ -186,8 +188,13 @@ def test_engines_start_beside_another_vendors_platform_plugin(tmp_path):
     (tmp_path / "other_vendor.py").write_text(OTHER_VENDOR_PLUGIN)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
     resolve = "from vllm.platforms import current_platform; current_platform.device_type"
-    clash = subprocess.run([sys.executable, "-c", resolve], env={**env, backend.ACTIVATE_ENV: "host"},
-                           capture_output=True, text=True, timeout=300)
+    clash = subprocess.run(
+        [sys.executable, "-c", resolve],
+        env={**env, backend.ACTIVATE_ENV: "host"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert "Only one platform plugin can be activated" in clash.stderr, "without scoping, vLLM refuses both"
     script = textwrap.dedent(f"""
         from rbln_retrieval import PoolingEngine

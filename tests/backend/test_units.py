@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from tolerances import FP32_ACROSS_KERNELS, rounding_bound
 
 from rbln_retrieval import backend
 from rbln_retrieval.backend.config import BundledConfig, derive_buckets, engine_overrides
 from rbln_retrieval.backend.packing import choose_budget, pack_front
 from rbln_retrieval.backend.pooling import pooling_weights
-from tolerances import FP32_ACROSS_KERNELS, rounding_bound
 
 
 def test_plugin_is_off_unless_an_engine_activates_it(monkeypatch):
@@ -50,17 +51,27 @@ def test_buckets_cover_every_step_size():
 
 
 def test_engine_overrides_turn_context_off_and_key_the_cache():
-    kw = engine_overrides(target="host", max_length=256, model="/m/minilm", dtype="float32", strict_shapes=True, user={})
+    kw = engine_overrides(
+        target="host", max_length=256, model="/m/minilm", dtype="float32", strict_shapes=True, user={}
+    )
     assert kw["enable_chunked_prefill"] is False and kw["enable_prefix_caching"] is False
     assert kw["enforce_eager"] is True and kw["max_num_batched_tokens"] == 4096
     bundled = BundledConfig(**{**kw["additional_config"]["rbln_retrieval"]})
-    upstream = engine_overrides(target="host", max_length=256, model="/m/minilm", dtype="float32",
-                                strict_shapes=False, user={"one_request_per_step": True})
+    upstream = engine_overrides(
+        target="host",
+        max_length=256,
+        model="/m/minilm",
+        dtype="float32",
+        strict_shapes=False,
+        user={"one_request_per_step": True},
+    )
     assert upstream["max_num_seqs"] == 1 and upstream["additional_config"]["rbln_retrieval"]["buckets"] == [256]
     other = BundledConfig(**upstream["additional_config"]["rbln_retrieval"])
     assert bundled.cache_dir() != other.cache_dir() and bundled.cache_dir().name.startswith("minilm-")
     with pytest.raises(ValueError, match="Unknown bundled-runner settings"):
-        engine_overrides(target="host", max_length=256, model="m", dtype="auto", strict_shapes=False, user={"bucket": 1})
+        engine_overrides(
+            target="host", max_length=256, model="m", dtype="auto", strict_shapes=False, user={"bucket": 1}
+        )
 
 
 class _Prompt:
@@ -82,8 +93,10 @@ def _fcfs_admitted(queue, budget: int) -> list[str]:
 def test_packing_fills_the_step_fcfs_would_leave_short():
     from collections import deque
 
-    queue = deque(_Prompt(name, tokens) for name, tokens in
-                  [("a", 3000), ("b", 1500), ("c", 900), ("d", 100), ("e", 60), ("f", 50), ("g", 10)])
+    queue = deque(
+        _Prompt(name, tokens)
+        for name, tokens in [("a", 3000), ("b", 1500), ("c", 900), ("d", 100), ("e", 60), ("f", 50), ("g", 10)]
+    )
     assert _fcfs_admitted(queue, 4096) == ["a"]
     pack_front(queue, budget=4096, max_requests=8)
     assert [p.name for p in queue] == ["a", "c", "d", "e", "g", "b", "f"], "admitted first, the rest in order"
@@ -131,9 +144,11 @@ def _per_sequence(q, k, v, lengths, causal, scale):
     v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
     for n in lengths:
         s = slice(start, start + n)
-        out.append(F.scaled_dot_product_attention(
-            q[s].transpose(0, 1), k[s].transpose(0, 1), v[s].transpose(0, 1), is_causal=causal, scale=scale
-        ).transpose(0, 1))
+        out.append(
+            F.scaled_dot_product_attention(
+                q[s].transpose(0, 1), k[s].transpose(0, 1), v[s].transpose(0, 1), is_causal=causal, scale=scale
+            ).transpose(0, 1)
+        )
         start += n
     return torch.cat(out)
 
@@ -164,7 +179,7 @@ def test_host_attention_matches_per_sequence_attention(causal):
     q, k, v = torch.randn(bucket, 4, 32), torch.randn(bucket, 2, 32), torch.randn(bucket, 2, 32)
     starts = [0, 5, 6, 306, 343]
     out = torch.full((bucket, 4, 32), float("nan"))
-    attention.per_prompt_attention(q, k, v, list(zip(starts[:-1], starts[1:])), causal, 0.17, out)
+    attention.per_prompt_attention(q, k, v, list(itertools.pairwise(starts)), causal, 0.17, out)
     real = sum(lengths)
     expected = _per_sequence(q[:real], k[:real], v[:real], lengths, causal, 0.17)
     assert (out[:real] - expected).abs().max() <= FP32_ACROSS_KERNELS
@@ -203,16 +218,27 @@ def test_wrapped_encoder_only_builder_takes_only_vllms_arguments():
     assert wrapped is not PackedAttentionMetadataBuilder and issubclass(wrapped, PackedAttentionMetadataBuilder)
     spec = EncoderOnlyAttentionSpec(block_size=128, num_kv_heads=2, head_size=32, dtype=torch.float32)
     builders = {
-        kernels: wrapped(spec, [], VllmConfig(additional_config={"rbln_retrieval": {"buckets": [8], "kernels": kernels}}),
-                         torch.device("cpu"))
+        kernels: wrapped(
+            spec,
+            [],
+            VllmConfig(additional_config={"rbln_retrieval": {"buckets": [8], "kernels": kernels}}),
+            torch.device("cpu"),
+        )
         for kernels in ("static", "host")
     }
     starts = torch.tensor([0, 3, 5], dtype=torch.int32)
     common = CommonAttentionMetadata(
-        query_start_loc=starts, query_start_loc_cpu=starts, seq_lens=torch.tensor([3, 2], dtype=torch.int32),
-        num_reqs=2, num_actual_tokens=8, max_query_len=3, max_seq_len=3,
-        block_table_tensor=torch.zeros(2, 1, dtype=torch.int32), slot_mapping=torch.zeros(5, dtype=torch.int64),
-        causal=True, positions=torch.tensor([0, 1, 2, 0, 1, 0, 0, 0]),
+        query_start_loc=starts,
+        query_start_loc_cpu=starts,
+        seq_lens=torch.tensor([3, 2], dtype=torch.int32),
+        num_reqs=2,
+        num_actual_tokens=8,
+        max_query_len=3,
+        max_seq_len=3,
+        block_table_tensor=torch.zeros(2, 1, dtype=torch.int32),
+        slot_mapping=torch.zeros(5, dtype=torch.int64),
+        causal=True,
+        positions=torch.tensor([0, 1, 2, 0, 1, 0, 0, 0]),
     )
     metadata = builders["static"].build(0, common, False)
     assert (metadata.num_actual_tokens, metadata.num_real_tokens, metadata.causal) == (8, 5, False)
@@ -246,12 +272,18 @@ def test_host_rms_norm_kernels_match_vllm_torch_ops(dtype):
         return
     qkv = torch.randn(37, 3 * 64, dtype=dtype)
     heads = qkv[:, :64].view(37, 4, 16)  # not contiguous
-    for x, weight in ((torch.randn(37, 64, dtype=dtype), torch.randn(64, dtype=dtype)),
-                      (heads, torch.randn(16, dtype=dtype))):
+    for x, weight in (
+        (torch.randn(37, 64, dtype=dtype), torch.randn(64, dtype=dtype)),
+        (heads, torch.randn(16, dtype=dtype)),
+    ):
         expected = ir.ops.rms_norm.impls["native"].impl_fn(x, weight, 1e-6)
         gap = (host_kernels.rms_norm.impl_fn(x, weight, 1e-6).double() - expected.double()).abs()
         assert (gap <= rounding_bound(expected, roundings=3, reduced_terms=x.shape[-1])).all(), gap.max()
-    x, residual, weight = torch.randn(37, 64, dtype=dtype), torch.randn(37, 64, dtype=dtype), torch.randn(64, dtype=dtype)
+    x, residual, weight = (
+        torch.randn(37, 64, dtype=dtype),
+        torch.randn(37, 64, dtype=dtype),
+        torch.randn(64, dtype=dtype),
+    )
     expected, expected_residual = ir.ops.fused_add_rms_norm.impls["native"].impl_fn(x, residual, weight, 1e-6)
     out, out_residual = host_kernels.fused_add_rms_norm.impl_fn(x, residual, weight, 1e-6)
     assert out is x and out_residual is residual

@@ -87,7 +87,9 @@ class RBLNEmbeddings(RBLNEngineModel, Embeddings):
     def _check_family(self, family: ModelFamily) -> None:
         if family.is_cross_encoder:
             raise ValueError(f"{self.model} is a reranker ({family.name}) and cannot embed; use RBLNReranker for it.")
-        check_dimensions(self.dimensions, hidden_size=family.hidden_size, matryoshka=family.matryoshka, model=self.model)
+        check_dimensions(
+            self.dimensions, hidden_size=family.hidden_size, matryoshka=family.matryoshka, model=self.model
+        )
 
     @property
     def query_prompt(self) -> str:

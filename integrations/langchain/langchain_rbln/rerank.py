@@ -74,9 +74,7 @@ class RBLNReranker(RBLNEngineModel, BaseDocumentCompressor):
         output = "multi_vector" if self.late_interaction else "dense"
         return {"instruction": self.instruction, "output": output, **self._call_options()}
 
-    def rerank(
-        self, documents: Sequence[str | Document], query: str, top_n: int | None = None
-    ) -> list[dict[str, Any]]:
+    def rerank(self, documents: Sequence[str | Document], query: str, top_n: int | None = None) -> list[dict[str, Any]]:
         """Rank `documents` (strings or Documents) by relevance to `query`, best first.
 
         Returns `{"index": <position in documents>, "relevance_score": <float>}` dicts; `top_n` None ranks all

@@ -45,8 +45,11 @@ class RBLNSparseEmbeddings(RBLNEngineModel, SparseEmbeddings):
     def embed_documents(self, texts: list[str]) -> list[SparseVector]:
         """One sparse vector per text, in input order."""
         texts = check_texts(texts)
-        return [_vector(w) for batch in batches(texts, self.batch_size)
-                for w in self.engine.embed(batch, **self._options("document"))]
+        return [
+            _vector(w)
+            for batch in batches(texts, self.batch_size)
+            for w in self.engine.embed(batch, **self._options("document"))
+        ]
 
     def embed_query(self, text: str) -> SparseVector:
         return _vector(self.engine.embed([_check_text(text)], **self._options("query"))[0])

@@ -66,7 +66,11 @@ def test_a_model_without_a_sparse_head_is_refused_in_one_sentence(minilm):
 def test_qdrant_local_mode_ranks_as_the_engine_vectors_say(bge_m3, mode, tmp_path):
     dense, sparse = bge_m3
     store = QdrantVectorStore.from_texts(
-        TEXTS, dense, sparse_embedding=sparse, path=str(tmp_path / "qdrant"), collection_name="docs",
+        TEXTS,
+        dense,
+        sparse_embedding=sparse,
+        path=str(tmp_path / "qdrant"),
+        collection_name="docs",
         retrieval_mode=mode,
     )
     doc_dense = np.asarray(dense.embed_documents(TEXTS))

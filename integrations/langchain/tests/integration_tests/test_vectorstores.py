@@ -42,8 +42,11 @@ async def test_in_memory_vector_store_async(minilm_embeddings):
 def test_chroma_persisted_and_reopened(minilm_embeddings, tmp_path):
     settings = chromadb.config.Settings(anonymized_telemetry=False)
     options = dict(
-        collection_name="rbln", embedding_function=minilm_embeddings, persist_directory=str(tmp_path),
-        client_settings=settings, collection_metadata={"hnsw:space": "cosine"},
+        collection_name="rbln",
+        embedding_function=minilm_embeddings,
+        persist_directory=str(tmp_path),
+        client_settings=settings,
+        collection_metadata={"hnsw:space": "cosine"},
     )
     Chroma(**options).add_documents(DOCUMENTS, ids=[d.id for d in DOCUMENTS])
     # chromadb caches one client per path; drop it so the reopened store really reads the directory.

@@ -43,8 +43,15 @@ def test_objects_share_one_engine_per_settings(minilm, cpu, minilm_embeddings):
 
 @pytest.mark.parametrize(
     "bad",
-    [{"batch_size": 0}, {"dimensions": 0}, {"device": "gpu"}, {"truncate": "middle"}, {"max_length": -1},
-     {"timeout": 0}, {"unknown_option": 1}],
+    [
+        {"batch_size": 0},
+        {"dimensions": 0},
+        {"device": "gpu"},
+        {"truncate": "middle"},
+        {"max_length": -1},
+        {"timeout": 0},
+        {"unknown_option": 1},
+    ],
 )
 def test_invalid_fields_are_rejected_before_any_engine(monkeypatch, minilm, bad):
     monkeypatch.setattr(rbln_retrieval.settings, "get_engine", _must_not_be_called)
@@ -59,7 +66,7 @@ def test_assignment_is_validated(minilm_embeddings):
 
 
 def test_reranker_model_is_rejected(cross_encoder_reranker, cpu):
-    with pytest.raises(ValueError, match="is a reranker .* use RBLNReranker"):
+    with pytest.raises(ValueError, match=r"is a reranker .* use RBLNReranker"):
         RBLNEmbeddings(model=cross_encoder_reranker.model, **cpu)
 
 
@@ -78,18 +85,47 @@ def test_engine_and_remote_settings_reach_get_engine(monkeypatch, minilm, minilm
     monkeypatch.setattr(rbln_retrieval.settings, "get_engine", recording_get_engine)
     monkeypatch.setenv("RBLN_API_KEY", "from-env")
     RBLNEmbeddings(
-        model="served-model", base_url="http://127.0.0.1:9/", timeout=5, max_length=128, truncate="error",
-        engine_kwargs={"max_num_seqs": 8}, revision="v2", cache_folder="/hf-cache", hf_token="hf-token",
+        model="served-model",
+        base_url="http://127.0.0.1:9/",
+        timeout=5,
+        max_length=128,
+        truncate="error",
+        engine_kwargs={"max_num_seqs": 8},
+        revision="v2",
+        cache_folder="/hf-cache",
+        hf_token="hf-token",
     )
     RBLNEmbeddings(model="served-model", base_url=["http://a", "http://b"], api_key="explicit")
-    defaults = dict(device="auto", dtype="auto", family=None, trust_remote_code=False, allow_pickle=False,
-                    attach=False)
+    defaults = dict(device="auto", dtype="auto", family=None, trust_remote_code=False, allow_pickle=False, attach=False)
     assert calls == [
-        ("served-model", dict(revision="v2", cache_folder="/hf-cache", token="hf-token", base_url="http://127.0.0.1:9/",
-                              api_key="from-env", max_length=128, truncate="error", engine_kwargs={"max_num_seqs": 8},
-                              **defaults)),
-        ("served-model", dict(revision=None, cache_folder=None, token=None, base_url=["http://a", "http://b"],
-                              api_key="explicit", max_length=None, truncate="end", engine_kwargs={}, **defaults)),
+        (
+            "served-model",
+            dict(
+                revision="v2",
+                cache_folder="/hf-cache",
+                token="hf-token",
+                base_url="http://127.0.0.1:9/",
+                api_key="from-env",
+                max_length=128,
+                truncate="error",
+                engine_kwargs={"max_num_seqs": 8},
+                **defaults,
+            ),
+        ),
+        (
+            "served-model",
+            dict(
+                revision=None,
+                cache_folder=None,
+                token=None,
+                base_url=["http://a", "http://b"],
+                api_key="explicit",
+                max_length=None,
+                truncate="end",
+                engine_kwargs={},
+                **defaults,
+            ),
+        ),
     ]
 
 

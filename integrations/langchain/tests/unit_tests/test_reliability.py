@@ -41,16 +41,20 @@ def test_nan_or_infinite_score_threshold_is_rejected_at_construction(minilm, cpu
         RBLNReranker(model=minilm, score_threshold=threshold, **cpu)
 
 
-@pytest.mark.parametrize("cls, use", [
-    (RBLNEmbeddings, lambda obj: obj.embed_documents(["x"])),
-    (RBLNReranker, lambda obj: obj.compress_documents([Document(page_content="x")], QUERY)),
-])
+@pytest.mark.parametrize(
+    "cls, use",
+    [
+        (RBLNEmbeddings, lambda obj: obj.embed_documents(["x"])),
+        (RBLNReranker, lambda obj: obj.compress_documents([Document(page_content="x")], QUERY)),
+    ],
+)
 def test_api_key_never_appears_in_repr_logs_or_errors(minilm, caplog, cls, use):
     assert_api_key_hidden(lambda url: cls(model=minilm, base_url=url, api_key=API_KEY, timeout=2), use, caplog)
 
 
-def test_a_hugging_face_id_works_like_its_directory_and_the_token_never_shows(hub_cache, minilm_embeddings, cpu,
-                                                                               caplog):
+def test_a_hugging_face_id_works_like_its_directory_and_the_token_never_shows(
+    hub_cache, minilm_embeddings, cpu, caplog
+):
     """Ids resolve offline from a Hugging Face cache; the hub token is a SecretStr that reaches no repr, log or
     error."""
     caplog.set_level(logging.DEBUG)

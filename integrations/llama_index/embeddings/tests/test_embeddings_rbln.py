@@ -116,7 +116,9 @@ def test_persisted_chroma_store_reloaded(embedding, corpus, corpus_nodes, tmp_pa
     settings = chromadb.config.Settings(anonymized_telemetry=False)
     client = chromadb.PersistentClient(path=str(tmp_path), settings=settings)
     store = ChromaVectorStore(chroma_collection=client.get_or_create_collection("passages"))
-    VectorStoreIndex(corpus_nodes, storage_context=StorageContext.from_defaults(vector_store=store), embed_model=embedding)
+    VectorStoreIndex(
+        corpus_nodes, storage_context=StorageContext.from_defaults(vector_store=store), embed_model=embedding
+    )
     del store, client
     SharedSystemClient.clear_system_cache()  # the reopened client must read the files, not this process's cache
 
@@ -142,9 +144,7 @@ def test_qwen3_query_prompt_is_kept_by_default(qwen3, cpu):
 
 
 def test_qwen3_instructions_replace_the_defaults(qwen3, cpu):
-    embedding = RBLNEmbedding(
-        model_name=qwen3, query_instruction="Find the recipe", text_instruction="Recipe: ", **cpu
-    )
+    embedding = RBLNEmbedding(model_name=qwen3, query_instruction="Find the recipe", text_instruction="Recipe: ", **cpu)
     engine = get_engine(qwen3, **cpu)
     query = "how do I boil an egg"
     # For Qwen3-Embedding the query instruction is the task placed in the model's template.

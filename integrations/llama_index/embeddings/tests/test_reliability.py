@@ -39,8 +39,9 @@ def test_a_hugging_face_id_works_like_its_directory_and_the_token_never_shows(hu
     token = "hf_llamaindex_secret_8a2c"
     by_id = RBLNEmbedding(model_name=f"{HUB_MINILM}@main", cache_folder=str(hub_cache), hf_token=token, **cpu)
     by_path = RBLNEmbedding(model_name=minilm, **cpu)
-    np.testing.assert_allclose(by_id.get_text_embedding_batch(TEXTS), by_path.get_text_embedding_batch(TEXTS),
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        by_id.get_text_embedding_batch(TEXTS), by_path.get_text_embedding_batch(TEXTS), atol=1e-5
+    )
     assert by_id._engine.engine is PoolingEngine.shared(HUB_MINILM, cache_folder=hub_cache, **cpu).engine
     with pytest.raises(ValueError, match="is a reranker"):  # found from the id's configs, before any engine
         RBLNEmbedding(model_name=HUB_TINY_RERANKER, cache_folder=str(hub_cache), **cpu)

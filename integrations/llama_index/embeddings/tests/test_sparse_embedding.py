@@ -56,11 +56,17 @@ def test_qdrant_sparse_search_ranks_by_the_engines_weights(sparse):
     client = QdrantClient(":memory:")
     client.create_collection("docs", vectors_config={}, sparse_vectors_config={"text": models.SparseVectorParams()})
     docs = sparse.get_text_embedding_batch(TEXTS)
-    client.upsert("docs", [models.PointStruct(id=i, vector={"text": models.SparseVector(
-        indices=list(d), values=list(d.values()))}) for i, d in enumerate(docs)])
+    client.upsert(
+        "docs",
+        [
+            models.PointStruct(id=i, vector={"text": models.SparseVector(indices=list(d), values=list(d.values()))})
+            for i, d in enumerate(docs)
+        ],
+    )
     query = sparse.get_query_embedding("the sea and the cat")
-    found = client.query_points("docs", query=models.SparseVector(indices=list(query), values=list(query.values())),
-                                using="text", limit=3).points
+    found = client.query_points(
+        "docs", query=models.SparseVector(indices=list(query), values=list(query.values())), using="text", limit=3
+    ).points
     dots = [sum(w * d.get(t, 0.0) for t, w in query.items()) for d in docs]
     expected = sorted((i for i in range(len(docs)) if dots[i] > 0), key=lambda i: -dots[i])[:3]
     assert [p.id for p in found] == expected

@@ -4,6 +4,7 @@ events), all-MiniLM-L6-v2 (real weights, cosine scores) for relevance and instru
 from __future__ import annotations
 
 import random
+from typing import ClassVar
 
 import pytest
 from llama_index.core import VectorStoreIndex
@@ -129,7 +130,9 @@ def test_batches_give_the_same_scores(cross_encoder, cpu, nodes, monkeypatch):
     reranker = RBLNReranker(model=cross_encoder, top_n=None, batch_size=3, **cpu)
     sizes = []
     score = reranker._engine.score
-    monkeypatch.setattr(reranker._engine, "score", lambda q, docs, **kw: sizes.append(len(docs)) or score(q, docs, **kw))
+    monkeypatch.setattr(
+        reranker._engine, "score", lambda q, docs, **kw: sizes.append(len(docs)) or score(q, docs, **kw)
+    )
     batched = reranker.postprocess_nodes(nodes, query_str=QUERY)
     assert sizes == [3, 3, 2]
     whole = RBLNReranker(model=cross_encoder, top_n=None, **cpu).postprocess_nodes(nodes, query_str=QUERY)
@@ -166,7 +169,9 @@ def test_minilm_reranks_the_labeled_passage_first(minilm, cpu, corpus, corpus_no
     for item in corpus["queries"]:
         candidates = [by_label[item["answer"]], *rng.sample(corpus_nodes, 15)]
         rng.shuffle(candidates)
-        reranked = reranker.postprocess_nodes([NodeWithScore(node=n, score=0.0) for n in candidates], query_str=item["query"])
+        reranked = reranker.postprocess_nodes(
+            [NodeWithScore(node=n, score=0.0) for n in candidates], query_str=item["query"]
+        )
         assert reranked[0].node.metadata["label"] == item["answer"], item["query"]
 
 
@@ -189,7 +194,8 @@ def test_cross_encoder_rejects_an_instruction(cross_encoder, cpu, nodes):
 def test_late_interaction_scores_bge_m3_by_maxsim(tiny_model, cross_encoder, cpu, nodes):
     path = str(tiny_model("bge-m3"))
     reranked = RBLNReranker(model=path, top_n=None, late_interaction=True, **cpu).postprocess_nodes(
-        nodes, query_str=QUERY)
+        nodes, query_str=QUERY
+    )
     engine = get_engine(path, **cpu)
     expected = engine.score(QUERY, texts_of(nodes), output="multi_vector")
     by_id = {n.node.node_id: s for n, s in zip(nodes, expected)}
@@ -201,7 +207,7 @@ def test_late_interaction_scores_bge_m3_by_maxsim(tiny_model, cross_encoder, cpu
 
 
 class RecordingHandler(BaseEventHandler):
-    events: list = []
+    events: ClassVar[list] = []
 
     @classmethod
     def class_name(cls) -> str:

@@ -46,8 +46,9 @@ def test_api_key_never_appears_in_repr_logs_or_errors(minilm, caplog):
 def test_a_hugging_face_id_ranks_like_its_directory_and_the_token_never_shows(hub_cache, minilm, cpu, caplog):
     caplog.set_level(logging.DEBUG)
     token = "hf_llamaindex_secret_3f9d"
-    by_id = RBLNReranker(model=HUB_MINILM, revision="main", cache_folder=str(hub_cache), hf_token=token, top_n=None,
-                         **cpu)
+    by_id = RBLNReranker(
+        model=HUB_MINILM, revision="main", cache_folder=str(hub_cache), hf_token=token, top_n=None, **cpu
+    )
     by_path = RBLNReranker(model=str(minilm), top_n=None, **cpu)
     ranked = by_id.postprocess_nodes(nodes(), query_str=QUERY)
     expected = by_path.postprocess_nodes(nodes(), query_str=QUERY)

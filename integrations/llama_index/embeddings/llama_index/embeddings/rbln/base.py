@@ -85,7 +85,6 @@ class RBLNEmbedding(EngineSettings, BaseEmbedding):
         handle.engine  # noqa: B018 - start (or join) the engine now, so a bad model fails here
         self._engine = handle
 
-
     def get_text_embedding_batch(self, texts: list[str], show_progress: bool = False, **kwargs: Any) -> list[Embedding]:
         if isinstance(texts, Mapping):  # LlamaIndex would iterate it and embed its keys
             raise TypeError(f"texts must be a list of strings, not a {type(texts).__name__}.")

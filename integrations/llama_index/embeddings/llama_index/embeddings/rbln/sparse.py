@@ -34,12 +34,15 @@ class RBLNSparseEmbedding(EngineSettings, BaseSparseEmbedding):
     _frozen_fields: ClassVar[frozenset[str]] = ENGINE_SETTINGS | {"model_name"}
 
     model_name: str = Field(description="Hugging Face id ('org/name[@revision]') or a model directory.")
-    embed_batch_size: int = Field(default=DEFAULT_RBLN_EMBED_BATCH_SIZE, gt=0, le=2048,
-                                  description="Texts per engine call.")
+    embed_batch_size: int = Field(
+        default=DEFAULT_RBLN_EMBED_BATCH_SIZE, gt=0, le=2048, description="Texts per engine call."
+    )
     query_instruction: str | None = Field(
-        default=None, description="None applies the model's own query prompt; a string is the literal prefix.")
+        default=None, description="None applies the model's own query prompt; a string is the literal prefix."
+    )
     text_instruction: str | None = Field(
-        default=None, description="None applies the model's own document prompt; a string is the literal prefix.")
+        default=None, description="None applies the model's own document prompt; a string is the literal prefix."
+    )
 
     _engine: Any = PrivateAttr(default=None)
 

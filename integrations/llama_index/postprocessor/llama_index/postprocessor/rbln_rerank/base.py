@@ -21,6 +21,7 @@ dispatcher = get_dispatcher(__name__)
 
 RETRIEVAL_SCORE_KEY = "retrieval_score"
 
+
 class RBLNReranker(EngineSettings, BaseNodePostprocessor):
     """Rerank retrieved nodes with a cross-encoder, Qwen3-Reranker or bi-encoder served by rbln-retrieval.
 
@@ -81,7 +82,6 @@ class RBLNReranker(EngineSettings, BaseNodePostprocessor):
         handle.engine  # noqa: B018 - start (or join) the engine now, so a bad model fails here
         self._engine = handle
 
-
     @field_validator("model", mode="before")
     @classmethod
     def _path_to_str(cls, value: Any) -> Any:
@@ -121,8 +121,12 @@ class RBLNReranker(EngineSettings, BaseNodePostprocessor):
     # -- shared by the sync and async paths ----------------------------------------------------------------------
     def _call_options(self) -> dict[str, Any]:
         # Read at each call, so that assigning these fields takes effect.
-        return {"instruction": self.instruction, "truncate": self.truncate, "timeout": self.timeout,
-                "output": "multi_vector" if self.late_interaction else "dense"}
+        return {
+            "instruction": self.instruction,
+            "truncate": self.truncate,
+            "timeout": self.timeout,
+            "output": "multi_vector" if self.late_interaction else "dense",
+        }
 
     @property
     def _top_n(self) -> int | None:
