@@ -194,16 +194,27 @@ async def test_cancelled_async_call_aborts_its_requests(any_engine):
 
 def test_keyboard_interrupt_during_a_sync_ingest_leaves_the_engine_usable(any_engine):
     expected = any_engine.embed(INGEST[:8])
+    # Ctrl-C as a program sees it: Python's own handler. Earlier tests of this session leave SIGINT ignored in the
+    # test process (seen with gdb: SIG_IGN after the engine tests), which would turn the interrupt into nothing.
+    previous_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    interrupter_failed: list[BaseException] = []
 
     def interrupt() -> None:
-        wait_until(lambda: unfinished(any_engine) > 100, 120, "the ingest is in flight")
+        try:
+            wait_until(lambda: unfinished(any_engine) > 100, 120, "the ingest is in flight")
+        except BaseException as exc:  # surfaces below instead of letting the whole ingest run
+            interrupter_failed.append(exc)
         signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)  # what Ctrl-C does
 
     interrupter = threading.Thread(target=interrupt, daemon=True)
     interrupter.start()
-    with pytest.raises(KeyboardInterrupt):
-        any_engine.embed(INGEST)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            any_engine.embed(INGEST)
+    finally:
+        signal.signal(signal.SIGINT, previous_handler)
     interrupter.join()
+    assert not interrupter_failed, interrupter_failed
     assert_engine_idle(any_engine)
     np.testing.assert_allclose(any_engine.embed(INGEST[:8]), expected, atol=1e-5)
 
