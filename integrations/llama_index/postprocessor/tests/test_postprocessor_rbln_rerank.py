@@ -4,10 +4,10 @@ events), all-MiniLM-L6-v2 (real weights, cosine scores) for relevance and instru
 from __future__ import annotations
 
 import random
-from typing import ClassVar
 
 import pytest
 from llama_index.core import VectorStoreIndex
+from llama_index.core.bridge.pydantic import Field
 from llama_index.core.callbacks import CallbackManager, CBEventType, EventPayload, LlamaDebugHandler
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler
@@ -207,7 +207,7 @@ def test_late_interaction_scores_bge_m3_by_maxsim(tiny_model, cross_encoder, cpu
 
 
 class RecordingHandler(BaseEventHandler):
-    events: ClassVar[list] = []
+    events: list = Field(default_factory=list)  # a pydantic field: one list per handler
 
     @classmethod
     def class_name(cls) -> str:
