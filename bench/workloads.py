@@ -174,11 +174,14 @@ def concurrency(system: RBLNSystem, queries: list[str], callers: int) -> dict[st
 
 
 COLD = """
-import sys, json
+import sys, json, time
 spec = json.loads(sys.argv[1])
 if spec["kind"] == "rbln":
+    import torch, transformers, vllm  # the imports every engine pays, timed apart from the engine's own start
     from rbln_retrieval import PoolingEngine
+    tic = time.perf_counter()
     engine = PoolingEngine(sys.argv[2], device="cpu", dtype=spec["dtype"], **spec["options"])
+    print("ENGINE-STARTED", time.perf_counter() - tic, flush=True)
     vector = engine.embed(["What is a first vector?"])[0]
 else:
     import torch
@@ -189,8 +192,9 @@ print("FIRST-VECTOR", len(vector), flush=True)
 """
 
 
-def cold_start(spec: Spec, path: Path) -> float:
-    """Seconds from starting a fresh Python process to its first vector (imports, engine start and warmup)."""
+def cold_start(spec: Spec, path: Path) -> tuple[float, float | None]:
+    """Seconds from starting a fresh Python process to its first vector (imports, engine start and warmup), and
+    the engine's own part of it (construction after the imports; None for sentence-transformers)."""
     payload = json.dumps({"kind": spec.kind, "dtype": spec.dtype, "options": spec.options})
     tic = time.perf_counter()
     proc = subprocess.Popen(
@@ -200,7 +204,10 @@ def cold_start(spec: Spec, path: Path) -> float:
         text=True,
         env=os.environ.copy(),
     )
+    engine_seconds = None
     for line in proc.stdout:
+        if line.startswith("ENGINE-STARTED"):
+            engine_seconds = float(line.split()[1])
         if line.startswith("FIRST-VECTOR"):
             seconds = time.perf_counter() - tic
             break
@@ -208,7 +215,7 @@ def cold_start(spec: Spec, path: Path) -> float:
         proc.wait()
         raise RuntimeError(f"{spec.name}: the cold-start process exited ({proc.returncode}) without a vector.")
     proc.wait(timeout=120)
-    return seconds
+    return seconds, engine_seconds
 
 
 def gemm_rate(dtype: str, n: int = 1024, repeats: int = 20) -> float:

@@ -1,4 +1,9 @@
-"""Warm every bucket with a real pooling step once the KV cache exists, so nothing compiles while serving."""
+"""Warm the buckets with real pooling steps once the KV cache exists, so nothing compiles while serving.
+
+Traced engines (the rbln target, strict_shapes, a host compile backend) compile one graph per bucket, so every bucket
+is warmed. The untraced host runs the same forward at any size with nothing to compile: one step of the smallest
+bucket proves the model runs, and warming the rest would only spend the start on throwaway forwards.
+"""
 
 from __future__ import annotations
 
@@ -33,14 +38,15 @@ def _lengths(bucket: int, max_len: int, max_seqs: int) -> list[int]:
 
 
 def warm_up(runner: Any) -> dict[str, float]:
-    """One real ``execute_model`` per bucket and per in-graph pooling task; returns seconds per bucket."""
+    """One real ``execute_model`` per warmed bucket and in-graph pooling task; returns seconds per bucket."""
     model_config = runner.model_config
     max_len, max_seqs = model_config.max_model_len, runner.scheduler_config.max_num_seqs
     vocab = model_config.get_vocab_size()
     visible = runner.scheduler_kv_groups()  # only these get block ids, as the scheduler would give them
     tasks = sorted(runner.heads) or sorted(runner.get_supported_pooling_tasks())[:1]
     seconds: dict[str, float] = {}
-    for bucket in runner.bundled.buckets:
+    buckets = runner.bundled.buckets if runner.bundled.traced else runner.bundled.buckets[:1]
+    for bucket in buckets:
         for task in tasks:
             started = time.perf_counter()
             lengths = _lengths(bucket, max_len, max_seqs)
@@ -71,5 +77,5 @@ def warm_up(runner: Any) -> dict[str, float]:
             runner.execute_model(finish)
             seconds[f"{bucket}/{task}"] = time.perf_counter() - started
     runner.finish_warmup()
-    logger.info("Warmed %d buckets x %s in %.1f s", len(runner.bundled.buckets), tasks, sum(seconds.values()))
+    logger.info("Warmed %d buckets x %s in %.1f s", len(buckets), tasks, sum(seconds.values()))
     return seconds
