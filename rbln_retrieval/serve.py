@@ -2,9 +2,10 @@
 
 We write no HTTP server: this builds vLLM's serve arguments from the same preset table the in-process engine
 uses (hf_overrides, pooling, max length, runner settings) and runs vLLM's API server, which exposes
-/v1/embeddings, /classify, /score, /rerank, /health and /metrics, and shuts down cleanly on SIGTERM. One read-only
-route is added beside vLLM's own: GET DESCRIBE_PATH describes the served model (family, prompts and templates,
-dimensions, max length), so clients that have only the model's name score it exactly as local mode does.
+/v1/embeddings, /classify, /score, /rerank, /health and /metrics (with an API key, the key guards every route but
+the probes: see server_auth.py), and shuts down cleanly on SIGTERM. One read-only route is added beside vLLM's own:
+GET DESCRIBE_PATH describes the served model (family, prompts and templates, dimensions, max length), so clients
+that have only the model's name score it exactly as local mode does.
 """
 
 from __future__ import annotations
@@ -87,15 +88,18 @@ def serve(model: str, *, host: str = "127.0.0.1", port: int = 8000, api_key: str
 
 
 def _publish_description(description: dict[str, Any]) -> None:
-    """Add GET DESCRIBE_PATH to the FastAPI app vLLM's server builds in this process; vLLM's middleware wraps
-    every route, so the API key guards it like /v1/models."""
+    """Add GET DESCRIBE_PATH to the FastAPI app vLLM's server builds in this process, and make the API key guard
+    every route of it (server_auth.py says why)."""
     from vllm.entrypoints.launchers.api_server import entry
+
+    from rbln_retrieval.server_auth import guard_every_route
 
     build_vllm_app = entry.build_app
 
-    def build_app(*args: Any, **kwargs: Any) -> Any:
-        app = build_vllm_app(*args, **kwargs)
+    def build_app(args: argparse.Namespace, *rest: Any, **kwargs: Any) -> Any:
+        app = build_vllm_app(args, *rest, **kwargs)
         app.add_api_route(DESCRIBE_PATH, lambda: description, methods=["GET"], include_in_schema=True)
+        guard_every_route(app, args.api_key)
         return app
 
     entry.build_app = build_app
