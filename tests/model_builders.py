@@ -199,6 +199,65 @@ def build_bge_m3(path: str | Path, *, seed: int = 0) -> Path:
     return path
 
 
+# ModernBERT: layer 0 attends globally, layers 1 and 2 within a 16-token window (8 each side), narrower than most
+# test texts so the window decides the result.
+MODERNBERT_LAYERS = 3
+MODERNBERT_LOCAL_ATTENTION = 16
+
+
+def _modernbert_config(tokenizer: Any, **extra: Any) -> Any:
+    from transformers import ModernBertConfig
+
+    return ModernBertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=HIDDEN,
+        num_hidden_layers=MODERNBERT_LAYERS,
+        num_attention_heads=HEADS,
+        intermediate_size=2 * HIDDEN,
+        max_position_embeddings=MAX_POSITIONS,
+        global_attn_every_n_layers=MODERNBERT_LAYERS,
+        local_attention=MODERNBERT_LOCAL_ATTENTION,
+        pad_token_id=tokenizer.pad_token_id,
+        cls_token_id=tokenizer.cls_token_id,
+        sep_token_id=tokenizer.sep_token_id,
+        bos_token_id=tokenizer.cls_token_id,
+        eos_token_id=tokenizer.sep_token_id,
+        **extra,
+    )
+
+
+def build_modernbert(
+    path: str | Path,
+    *,
+    pooling: str = "cls",
+    prompts: dict[str, str] | None = None,
+    max_length: int = MAX_POSITIONS,
+    seed: int = 0,
+) -> Path:
+    """A ModernBertModel laid out like Alibaba-NLP/gte-modernbert-base (CLS) or, with mean pooling and prompts,
+    nomic-ai/modernbert-embed-base. ModernBERT takes no token_type_ids."""
+    from transformers import ModernBertModel
+
+    path = Path(path)
+    _seeded(seed)
+    tokenizer = save_tokenizer(path, drop_token_type_ids=True)
+    ModernBertModel(_modernbert_config(tokenizer)).save_pretrained(str(path))
+    sentence_transformers_files(path, pooling, normalize=True, prompts=prompts, max_length=max_length)
+    return path
+
+
+def build_modernbert_cross_encoder(path: str | Path, *, seed: int = 0) -> Path:
+    """ModernBertForSequenceClassification with one relevance logit (as Alibaba-NLP/gte-reranker-modernbert-base)."""
+    from transformers import ModernBertForSequenceClassification
+
+    path = Path(path)
+    _seeded(seed)
+    tokenizer = save_tokenizer(path, drop_token_type_ids=True)
+    config = _modernbert_config(tokenizer, num_labels=1)
+    ModernBertForSequenceClassification(config).save_pretrained(str(path))
+    return path
+
+
 BUILDERS: dict[str, Callable[[Path], Path]] = {
     "bert-cls": lambda p: build_bi_encoder(p, kind="bert", pooling="cls"),
     "roberta-mean": lambda p: build_bi_encoder(p, kind="roberta", pooling="mean"),
@@ -208,6 +267,8 @@ BUILDERS: dict[str, Callable[[Path], Path]] = {
     "bert-cross-encoder": lambda p: build_cross_encoder(p, kind="bert"),
     "xlm-roberta-cross-encoder": lambda p: build_cross_encoder(p, kind="xlm-roberta"),
     "bge-m3": build_bge_m3,
+    "modernbert-cls": build_modernbert,
+    "modernbert-cross-encoder": build_modernbert_cross_encoder,
 }
 
 

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import reference
 from corpus import mixed_length
+from model_builders import build_modernbert
 
-from rbln_retrieval import PoolingEngine
+from rbln_retrieval import PoolingEngine, detect_family
 from rbln_retrieval.prompts import QWEN3_DEFAULT_TASK
 
 TEXTS = mixed_length(40)
@@ -106,4 +107,36 @@ def test_qwen3_reranker_is_p_yes_with_its_templates(tiny_models):
     )
     assert np.abs(np.array(custom) - expected).max() <= 1e-4
     assert np.abs(np.array(custom) - ours[:5]).max() > 1e-6, "the instruction must reach the model"
+    engine.close()
+
+
+NOMIC_PROMPTS = {"query": "search_query: ", "document": "search_document: "}
+
+
+def test_modernbert_detection_reads_pooling_prompts_and_length(tiny_models, tmp_path):
+    """gte-modernbert-base's layout (CLS, no prompts), its reranker, and modernbert-embed-base's (mean pooling,
+    prompts and a sequence limit below the position table's from the sentence-transformers files)."""
+    gte = detect_family(tiny_models["modernbert-cls"])
+    assert (gte.name, gte.architecture, gte.pooling, gte.normalize) == ("bi-encoder", "ModernBertModel", "CLS", True)
+    assert (gte.query_prompt, gte.document_prompt, gte.max_length, gte.uses_token_type_ids) == ("", "", 512, False)
+    reranker = detect_family(tiny_models["modernbert-cross-encoder"])
+    assert (reranker.name, reranker.architecture) == ("cross-encoder", "ModernBertForSequenceClassification")
+    assert not reranker.uses_token_type_ids
+    nomic = detect_family(build_modernbert(tmp_path / "nomic", pooling="mean", prompts=NOMIC_PROMPTS, max_length=256))
+    assert (nomic.pooling, nomic.max_length) == ("MEAN", 256)
+    assert (nomic.query_prompt, nomic.document_prompt) == ("search_query: ", "search_document: ")
+
+
+def test_modernbert_prompts_reach_the_windowed_model(tmp_path):
+    """Mean pooling and the checkpoint's prompts through the default engine; most texts outrun the local layers'
+    window."""
+    path = build_modernbert(tmp_path / "nomic", pooling="mean", prompts=NOMIC_PROMPTS)
+    engine = _engine(path)
+    documents = engine.embed(TEXTS)
+    expected = reference.embed(str(path), TEXTS, pooling="MEAN", max_length=512, prefix="search_document: ")
+    assert np.abs(documents - expected).max() <= 1e-4
+    queries = engine.embed([QUERY], kind="query")
+    expected = reference.embed(str(path), [QUERY], pooling="MEAN", max_length=512, prefix="search_query: ")
+    assert np.abs(queries - expected).max() <= 1e-4
+    assert np.abs(queries - engine.embed([QUERY])).max() > 1e-3, "a query must differ from the same text as document"
     engine.close()
