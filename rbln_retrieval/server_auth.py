@@ -31,5 +31,6 @@ def guard_every_route(app: Any, api_keys: list[str] | None) -> None:
     own check stays inside it. The app's middleware stack is already built by then, so the guard wraps it."""
     from vllm import envs
 
-    if tokens := [key for key in (api_keys or [envs.VLLM_API_KEY]) if key]:  # the keys vLLM's middleware takes
+    configured: list[str | None] = [*api_keys] if api_keys else [envs.VLLM_API_KEY]
+    if tokens := [key for key in configured if key]:
         app.middleware_stack = GuardEveryRoute(app.middleware_stack or app.build_middleware_stack(), tokens)
