@@ -175,7 +175,7 @@ def _rope_inverse_frequencies(config: dict, head_dim: int) -> torch.Tensor:
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Non-interleaved (GPT-NeoX) rope on the first 2 * len(inv_freq) dims of each head: x * cos + rotate_half(x) * sin."""
+    """Non-interleaved (GPT-NeoX) rope on the rotated dims of each head: x * cos + rotate_half(x) * sin."""
     dim = cos.shape[-1]
     rot, rest = x[..., :dim], x[..., dim:]
     half = dim // 2
