@@ -231,7 +231,7 @@ def _family_name(arch: str, pooling: Pooling | None, model_dir: Path) -> FamilyN
 
 
 def _remote_code_family(
-    name: FamilyName,
+    name: str,
     model_dir: Path,
     config: dict[str, Any],
     pooling: Pooling | None,
@@ -251,7 +251,7 @@ def _remote_code_family(
         # Nomic's configs lack vLLM's matryoshka flag; v1.5 was trained for 768..64 dimensions.
         overrides["is_matryoshka"] = True
     return ModelFamily(
-        name=name,
+        name="gte-new" if name == "gte-new" else "nomic",
         pooling=pooling or ("CLS" if name == "gte-new" else "MEAN"),
         query_prompt=prompts.get("query", default_query_prompt(name)),
         document_prompt=prompts.get("document", prompts.get("passage", default_document_prompt(name))),
