@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 import reference
@@ -147,6 +149,16 @@ def test_a_remote_code_family_without_trust_remote_code_is_one_sentence(tiny_mod
     message = str(raised.value)
     assert "\n" not in message and message.endswith("pass trust_remote_code=True if you trust its source.")
     assert message.startswith(f"{path} is a {detect_family(path).architecture} checkpoint ({name})")
+
+
+def test_a_remote_code_family_missing_its_config_code_is_one_sentence(tiny_models, tmp_path):
+    shutil.copytree(tiny_models["gte-new"], tmp_path / "gte", ignore=shutil.ignore_patterns("configuration.py"))
+    with pytest.raises(ModelNotSupportedError) as raised:
+        PoolingEngine(tmp_path / "gte", device="cpu", dtype="float32", trust_remote_code=True)
+    assert str(raised.value) == (
+        f"{tmp_path / 'gte'} names its config class configuration.NewConfig, but configuration.py is not in the "
+        "directory."
+    )
 
 
 @pytest.fixture(scope="module")
