@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import reference
 from corpus import mixed_length
-from model_builders import BUILDERS, minilm_path
+from model_builders import BUILDERS, minilm_path, remote_code_options
 
 from rbln_retrieval import PoolingEngine
 from rbln_retrieval.prompts import QWEN3_DEFAULT_TASK
@@ -51,7 +51,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as root:
         for name, build in BUILDERS.items():
             path = str(build(Path(root) / name))
-            with PoolingEngine(path, device="cpu", dtype="float32", runner=runner) as engine:
+            options = remote_code_options(path)  # GTE-new and Nomic ship their config class as code
+            with PoolingEngine(path, device="cpu", dtype="float32", runner=runner, **options) as engine:
                 if name == "qwen3-reranker":
                     got = engine.score(QUERY, texts)
                     want = reference.qwen3_reranker_scores(
@@ -68,7 +69,10 @@ def main() -> None:
                     )
                 else:
                     got = engine.embed(texts)
-                    want = reference.embed(path, texts, pooling=engine.family.pooling, max_length=512)
+                    family = engine.family
+                    want = reference.embed(
+                        path, texts, pooling=family.pooling, max_length=512, prefix=family.document_prompt
+                    )
                 print(f"{name:28s} max abs diff vs transformers reference: {np.abs(np.asarray(got) - want).max():.2e}")
 
 

@@ -89,7 +89,7 @@ def _parser() -> tuple[_Parser, dict[str, _Parser]]:
     )
     embed.add_argument("--query", action="store_true", help="embed the texts as queries (applies the query prompt)")
     embed.add_argument("--instruction", help="replace the model's prompt (Qwen3-Embedding queries: the task)")
-    embed.add_argument("--dimensions", type=int, help="matryoshka size (Qwen3-Embedding)")
+    embed.add_argument("--dimensions", type=int, help="matryoshka size (Qwen3-Embedding, Nomic)")
     embed.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     embed.set_defaults(run=_embed)
 
@@ -115,6 +115,11 @@ def _parser() -> tuple[_Parser, dict[str, _Parser]]:
     )
     compile_.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto")
     compile_.add_argument("--max-length", type=int, help="tokens per input (default: the model's limit)")
+    compile_.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="run code shipped with the model (GTE-new and Nomic config classes); off by default",
+    )
     compile_.set_defaults(run=_compile)
 
     serve = commands.add_parser("serve", help="vLLM's OpenAI-compatible server (embeddings, score, rerank)")
@@ -144,6 +149,11 @@ def _model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--truncate", choices=("end", "start", "error"), default="end", help="what happens to inputs over the limit"
     )
+    parser.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="run code shipped with the model (GTE-new and Nomic config classes); off by default",
+    )
 
 
 def _input_arguments(parser: argparse.ArgumentParser) -> None:
@@ -165,6 +175,7 @@ def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
         "max_length": args.max_length,
         "revision": args.revision,
         "cache_folder": args.cache_folder,
+        "trust_remote_code": args.trust_remote_code,
     }
 
 
@@ -281,6 +292,7 @@ def _compile(args: argparse.Namespace) -> int:
         max_length=args.max_length,
         revision=args.revision,
         cache_folder=args.cache_folder,
+        trust_remote_code=args.trust_remote_code,
         engine_kwargs=settings,
     ) as engine:
         stats = engine.stats()

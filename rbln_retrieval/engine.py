@@ -18,7 +18,7 @@ from rbln_retrieval.backend.config import compile_only
 from rbln_retrieval.device import resolve_device
 from rbln_retrieval.engine_args import cpu_threads_env, vllm_engine_kwargs
 from rbln_retrieval.errors import EngineDeadError, EngineStartError
-from rbln_retrieval.families import ModelFamily, check_weights, detect_family, unreadable_weights
+from rbln_retrieval.families import ModelFamily, check_remote_code, check_weights, detect_family, unreadable_weights
 from rbln_retrieval.inputs import Truncate, check_dimensions, check_query, check_truncate, chunks
 from rbln_retrieval.loop import EngineLoop
 from rbln_retrieval.model_source import SOURCE_ARGS, ModelSource
@@ -72,6 +72,7 @@ class PoolingEngine:
         self.family: ModelFamily = detect_family(
             self.model, max_length=self.options.max_length, family=self.options.family
         )
+        check_remote_code(self.model, self.family, trust_remote_code=self.options.trust_remote_code)
         check_weights(self.model, allow_pickle=self.options.allow_pickle)
         self.options.target(self.options.device)  # refuses runner="stock" on device="rbln" before any work
         self.device = resolve_device(self.options.device, compile_only=compile_only(self.options.engine_kwargs))

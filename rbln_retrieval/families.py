@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rbln_retrieval.errors import ModelNotSupportedError
-from rbln_retrieval.prompts import QWEN3_DEFAULT_TASK, default_query_prompt
+from rbln_retrieval.prompts import QWEN3_DEFAULT_TASK, default_document_prompt, default_query_prompt
 
 logger = logging.getLogger(__name__)
 
 Pooling = Literal["MEAN", "CLS", "LAST"]
-FamilyName = Literal["qwen3-embedding", "qwen3-reranker", "bi-encoder", "cross-encoder", "bge-m3"]
+FamilyName = Literal["qwen3-embedding", "qwen3-reranker", "bi-encoder", "cross-encoder", "bge-m3", "gte-new", "nomic"]
 
 # vLLM turns the causal LM's vocabulary head into one row, logit(yes) - logit(no); sigmoid of it is P(yes).
 QWEN3_RERANKER_OVERRIDES = {
@@ -34,7 +34,7 @@ _ST_POOLING_FLAGS: dict[str, Pooling] = {
     "pooling_mode_lasttoken": "LAST",
 }
 _ST_POOLING_MODES: dict[str, Pooling] = {"mean": "MEAN", "cls": "CLS", "lasttoken": "LAST"}
-_BI_ENCODER_ARCHS = {"BertModel", "RobertaModel", "XLMRobertaModel", "ModernBertModel", "NomicBertModel"}
+_BI_ENCODER_ARCHS = {"BertModel", "RobertaModel", "XLMRobertaModel", "ModernBertModel"}
 _CROSS_ENCODER_ARCHS = {
     "BertForSequenceClassification",
     "RobertaForSequenceClassification",
@@ -48,6 +48,11 @@ _ROBERTA_TYPES = {"roberta", "xlm-roberta"}
 # three outputs as BgeM3EmbeddingModel.
 BGE_M3_HEADS = ("sparse_linear.pt", "colbert_linear.pt")
 BGE_M3_OVERRIDES = {"architectures": ["BgeM3EmbeddingModel"]}
+# BERT-like encoders with rope whose config class ships as code (config.json's auto_map): vLLM asserts that class
+# by name, so they need trust_remote_code. GTE-new (Alibaba-NLP/gte-*-v1.5, gte-multilingual-base) runs as vLLM's
+# GteNewModel; Nomic (nomic-embed-text-v1/v1.5) as NomicBertModel, with task prefixes and (v1.5) matryoshka.
+_REMOTE_CODE_ARCHS: dict[str, FamilyName] = {"NewModel": "gte-new", "NomicBertModel": "nomic"}
+GTE_NEW_OVERRIDES = {"architectures": ["GteNewModel"]}
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,7 @@ class ModelFamily:
     uses_token_type_ids: bool = False
     kv_bytes_per_token: int = 0  # causal models only: KV cache per token at fp32, for sizing the cache
     hf_overrides: dict[str, Any] = field(default_factory=dict)
+    config_code: str | None = None  # auto_map reference of a config class shipped as code (needs trust_remote_code)
 
     @property
     def is_cross_encoder(self) -> bool:
@@ -106,7 +112,8 @@ def _st_pooling(model_dir: Path, modules: list[dict[str, Any]]) -> Pooling | Non
 
 def _max_length(model_dir: Path, config: dict[str, Any], user_max_length: int | None) -> int:
     limits = []
-    positions = config.get("max_position_embeddings")
+    # GPT-2 style configs (Nomic) name it n_positions; vLLM takes the smaller where both are given.
+    positions = min((config[k] for k in ("max_position_embeddings", "n_positions") if config.get(k)), default=None)
     if positions:
         # RoBERTa-style models number positions from padding_idx + 1.
         offset = config.get("pad_token_id", 1) + 1 if config.get("model_type") in _ROBERTA_TYPES else 0
@@ -148,7 +155,7 @@ def detect_family(model_dir: str | Path, *, max_length: int | None = None, famil
     name = family or _family_name(arch, pooling, model_dir)
     common: dict[str, Any] = {
         "architecture": arch,
-        "hidden_size": int(config.get("hidden_size", 0)),
+        "hidden_size": int(config.get("hidden_size") or config.get("n_embd") or 0),  # n_embd: GPT-2 style (Nomic)
         "max_length": _max_length(model_dir, config, max_length),
         "hf_overrides": _config_fixes(config),
     }
@@ -184,6 +191,8 @@ def detect_family(model_dir: str | Path, *, max_length: int | None = None, famil
             # The Qwen3 configs lack vLLM's matryoshka flag (QwenLM/Qwen3-Embedding#85).
             **{**common, "hf_overrides": {**common["hf_overrides"], "is_matryoshka": True}},
         )
+    if name in ("gte-new", "nomic"):
+        return _remote_code_family(name, model_dir, config, pooling, prompts, common)
     if name == "bge-m3":
         if missing := [head for head in BGE_M3_HEADS if not (model_dir / head).is_file()]:
             raise ModelNotSupportedError(f"{model_dir} is not a bge-m3 checkpoint: it lacks {', '.join(missing)}.")
@@ -210,13 +219,64 @@ def _family_name(arch: str, pooling: Pooling | None, model_dir: Path) -> FamilyN
         # A Qwen3 checkpoint with a sentence-transformers pooling module is Qwen3-Embedding; the original
         # Qwen3-Reranker is a bare causal LM whose yes/no logits are the score.
         return "qwen3-embedding" if pooling is not None else "qwen3-reranker"
+    if arch in _REMOTE_CODE_ARCHS:
+        return _REMOTE_CODE_ARCHS[arch]
     if arch in _BI_ENCODER_ARCHS:
         return "bge-m3" if all((model_dir / head).is_file() for head in BGE_M3_HEADS) else "bi-encoder"
-    supported = sorted(_BI_ENCODER_ARCHS | _CROSS_ENCODER_ARCHS | _QWEN3_ARCHS)
+    supported = sorted(_BI_ENCODER_ARCHS | _CROSS_ENCODER_ARCHS | _QWEN3_ARCHS | set(_REMOTE_CODE_ARCHS))
     raise ModelNotSupportedError(
         f"{model_dir} has architecture {arch or 'none'!r}, which rbln-retrieval does not support "
         f"(supported: {', '.join(supported)})."
     )
+
+
+def _remote_code_family(
+    name: str,
+    model_dir: Path,
+    config: dict[str, Any],
+    pooling: Pooling | None,
+    prompts: dict[str, str],
+    common: dict[str, Any],
+) -> ModelFamily:
+    config_code = (config.get("auto_map") or {}).get("AutoConfig")
+    if not config_code:
+        raise ModelNotSupportedError(
+            f"{model_dir} is a {common['architecture']} checkpoint without an auto_map AutoConfig entry naming the "
+            "config class it ships as code."
+        )
+    overrides = dict(common["hf_overrides"])
+    if name == "gte-new":
+        overrides |= GTE_NEW_OVERRIDES
+    else:
+        # Nomic's configs lack vLLM's matryoshka flag; v1.5 was trained for 768..64 dimensions.
+        overrides["is_matryoshka"] = True
+    return ModelFamily(
+        name="gte-new" if name == "gte-new" else "nomic",
+        pooling=pooling or ("CLS" if name == "gte-new" else "MEAN"),
+        query_prompt=prompts.get("query", default_query_prompt(name)),
+        document_prompt=prompts.get("document", prompts.get("passage", default_document_prompt(name))),
+        matryoshka=name == "nomic",
+        uses_token_type_ids=config.get("type_vocab_size", 0) > 1,
+        config_code=config_code,
+        **{**common, "hf_overrides": overrides},
+    )
+
+
+def check_remote_code(model_dir: str | Path, family: ModelFamily, *, trust_remote_code: bool) -> None:
+    """Refuse, in one sentence, a family whose config class is code shipped with the model unless the caller trusts
+    it, or whose code file is missing from the model directory."""
+    if family.config_code is None:
+        return
+    if not trust_remote_code:
+        raise ModelNotSupportedError(
+            f"{model_dir} is a {family.architecture} checkpoint ({family.name}) whose config class is code shipped "
+            f"with the model ({family.config_code}); pass trust_remote_code=True if you trust its source."
+        )
+    module = family.config_code.partition(".")[0]
+    if "--" not in family.config_code and not (Path(model_dir) / f"{module}.py").is_file():
+        raise ModelNotSupportedError(
+            f"{model_dir} names its config class {family.config_code}, but {module}.py is not in the directory."
+        )
 
 
 def _config_fixes(config: dict[str, Any]) -> dict[str, Any]:

@@ -14,6 +14,7 @@ kept on the result, in a key, in a log line or in an error message.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from dataclasses import dataclass
@@ -81,10 +82,16 @@ def resolve_model(
     be resolved."""
     if isinstance(model, ModelSource):
         return model
+    from huggingface_hub import constants
+
+    offline = local_files_only or constants.HF_HUB_OFFLINE
     text = os.fspath(model)
     path = Path(text).expanduser()
     if path.is_dir():
-        return _local(path, text)
+        source = _local(path, text)
+        if trust_remote_code:
+            _fetch_config_code(source, token, offline)
+        return source
     if isinstance(model, os.PathLike) or _looks_like_path(text):
         raise ModelNotSupportedError(f"Model directory {text!r} does not exist.")
     repo_id, pinned = split_reference(text)
@@ -92,17 +99,36 @@ def resolve_model(
         raise ValueError(f"{text!r} names revision {pinned!r} but revision={revision!r} was also given; pass one.")
     revision = pinned or revision
     _check_repo_id(text, repo_id)
-    from huggingface_hub import constants
-
     cache = str(Path(cache_folder or constants.HF_HUB_CACHE).expanduser())
-    offline = local_files_only or constants.HF_HUB_OFFLINE
     patterns = CONFIG_PATTERNS + TOKENIZER_PATTERNS
     if weights:
         patterns += WEIGHT_PATTERNS + (PICKLE_PATTERNS if allow_pickle else [])
     if trust_remote_code:
         patterns += CODE_PATTERNS
     snapshot = _download(repo_id, revision, cache, token, offline, patterns)
-    return ModelSource(path=snapshot, name=repo_id, repo_id=repo_id, commit=Path(snapshot).name)
+    source = ModelSource(path=snapshot, name=repo_id, repo_id=repo_id, commit=Path(snapshot).name)
+    if trust_remote_code:
+        _fetch_config_code(source, token, offline)
+    return source
+
+
+def _fetch_config_code(source: ModelSource, token: str | None, offline: bool) -> None:
+    """A config class that another repository ships (config.json's auto_map names "org/repo--module.Class", as
+    Alibaba-NLP/gte-*-v1.5 name Alibaba-NLP/new-impl) is fetched into huggingface_hub's default cache, the one
+    transformers reads it from when vLLM loads the config; offline and not cached there, one sentence."""
+    from huggingface_hub import constants
+
+    config_file = Path(source.path) / "config.json"
+    config = json.loads(config_file.read_text(encoding="utf-8")) if config_file.is_file() else {}
+    reference = (config.get("auto_map") or {}).get("AutoConfig") if isinstance(config, dict) else None
+    if not isinstance(reference, str) or "--" not in reference:
+        return
+    code_repo, _, class_path = reference.partition("--")
+    module = class_path.partition(".")[0] + ".py"
+    try:
+        _download(code_repo, None, constants.HF_HUB_CACHE, token, offline, [module], filename=module)
+    except ModelNotFoundError as exc:
+        raise ModelNotFoundError(f"{source.name} takes its config class from {reference}, and {exc}") from None
 
 
 def _local(path: Path, given: str) -> ModelSource:
@@ -133,8 +159,16 @@ def _check_repo_id(text: str, repo_id: str) -> None:
 
 
 def _download(
-    repo_id: str, revision: str | None, cache: str, token: str | None, offline: bool, patterns: list[str]
+    repo_id: str,
+    revision: str | None,
+    cache: str,
+    token: str | None,
+    offline: bool,
+    patterns: list[str],
+    filename: str | None = None,
 ) -> str:
+    """The snapshot folder of ``repo_id`` with the files matching ``patterns``, or with ``filename`` only that
+    file's path (which, unlike a snapshot, must itself be there); one sentence for anything that fails."""
     import huggingface_hub
     from huggingface_hub.errors import (
         GatedRepoError,
@@ -145,6 +179,10 @@ def _download(
 
     spelled = f"{repo_id}@{revision}" if revision else repo_id
     try:
+        if filename is not None:
+            return huggingface_hub.hf_hub_download(
+                repo_id, filename, revision=revision, cache_dir=cache, token=token, local_files_only=offline
+            )
         return huggingface_hub.snapshot_download(
             repo_id,
             revision=revision,
@@ -167,7 +205,7 @@ def _download(
     except RevisionNotFoundError:
         message = f"{repo_id} has no revision {revision!r} on the Hugging Face Hub."
     except LocalEntryNotFoundError:
-        message = _not_cached(repo_id, revision, cache, offline)
+        message = _not_cached(repo_id, revision, cache, offline, filename)
     except Exception as exc:  # huggingface_hub raises many transport and HTTP types; callers get one sentence.
         message = f"Could not fetch {spelled} from the Hugging Face Hub ({type(exc).__name__})."
     if token:  # never echo a credential, even if a message above were ever built from a server's answer
@@ -175,13 +213,17 @@ def _download(
     raise ModelNotFoundError(message) from None
 
 
-def _not_cached(repo_id: str, revision: str | None, cache: str, offline: bool) -> str:
+def _why_offline(offline: bool) -> str:
+    return "the hub is offline (HF_HUB_OFFLINE or local_files_only)" if offline else "the hub could not be reached"
+
+
+def _not_cached(repo_id: str, revision: str | None, cache: str, offline: bool, filename: str | None = None) -> str:
     repo_dir = Path(cache) / ("models--" + repo_id.replace("/", "--"))
-    how = (
-        f"run `hf download {repo_id}{f' --revision {revision}' if revision else ''}` on a connected host and copy "
-        "its cache folder here, or pass a local model directory"
-    )
-    why = "the hub is offline (HF_HUB_OFFLINE or local_files_only)" if offline else "the hub could not be reached"
+    spelled = " ".join([repo_id, *([filename] if filename else []), *([f"--revision {revision}"] if revision else [])])
+    how = f"run `hf download {spelled}` on a connected host and copy its cache folder here, or pass a local directory"
+    why = _why_offline(offline)
+    if filename:
+        return f"{filename} of {repo_id} is not in the Hugging Face cache {cache} and {why}; {how}."
     cached = sorted(p.name for p in (repo_dir / "refs").glob("*")) + sorted(
         p.name for p in (repo_dir / "snapshots").glob("*")
     )

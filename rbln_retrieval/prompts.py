@@ -22,6 +22,9 @@ QWEN3_RERANKER_PREFIX = (
 )
 QWEN3_RERANKER_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
 QWEN3_RERANKER_PAIR = "<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {document}"
+# nomic-embed-text's task prefixes for retrieval (its model card: every text must carry one).
+NOMIC_QUERY_PREFIX = "search_query: "
+NOMIC_DOCUMENT_PREFIX = "search_document: "
 
 
 def _check_instruction(instruction: object) -> None:
@@ -73,7 +76,14 @@ def qwen3_reranker_prompts(family: ModelFamily, query: str, documents: list[str]
 
 def default_query_prompt(family_name: str) -> str:
     """A family's query prompt when the model directory declares none."""
+    if family_name == "nomic":
+        return NOMIC_QUERY_PREFIX
     return QWEN3_QUERY_TEMPLATE.format(instruction=QWEN3_DEFAULT_TASK) if family_name == "qwen3-embedding" else ""
+
+
+def default_document_prompt(family_name: str) -> str:
+    """A family's document prompt when the model directory declares none."""
+    return NOMIC_DOCUMENT_PREFIX if family_name == "nomic" else ""
 
 
 def default_instruction(family_name: str) -> str | None:

@@ -28,6 +28,7 @@ from rbln_retrieval.model_source import resolve_model, split_reference
 from rbln_retrieval.options import EngineOptions
 from rbln_retrieval.outputs import Output, check_remote_outputs
 from rbln_retrieval.prompts import (
+    default_document_prompt,
     default_instruction,
     default_query_prompt,
     embed_prefix,
@@ -154,7 +155,8 @@ class RemoteEngine:
             max_length=self.options.max_length or 0,
             default_instruction=default_instruction(wanted or ""),
             query_prompt=default_query_prompt(wanted or ""),
-            matryoshka=wanted == "qwen3-embedding",
+            document_prompt=default_document_prompt(wanted or ""),
+            matryoshka=wanted in ("qwen3-embedding", "nomic"),
         )
 
     def __repr__(self) -> str:  # never shows the API key

@@ -18,7 +18,7 @@ from typing import Any
 
 from rbln_retrieval.device import resolve_device
 from rbln_retrieval.engine_args import cpu_threads_env, vllm_engine_kwargs
-from rbln_retrieval.families import ModelFamily, check_weights, detect_family
+from rbln_retrieval.families import ModelFamily, check_remote_code, check_weights, detect_family
 from rbln_retrieval.model_source import SOURCE_ARGS, ModelSource
 from rbln_retrieval.options import EngineOptions
 from rbln_retrieval.quiet import quiet_vllm
@@ -36,7 +36,9 @@ def _served_model(model: str, options: dict[str, Any]) -> tuple[ModelSource, Eng
     source_args = {name: options.pop(name) for name in SOURCE_ARGS if name in options}
     opts = EngineOptions(**options)
     source = opts.resolve_source(model, **source_args)
-    return source, opts, detect_family(source.path, max_length=opts.max_length, family=opts.family)
+    family = detect_family(source.path, max_length=opts.max_length, family=opts.family)
+    check_remote_code(source.path, family, trust_remote_code=opts.trust_remote_code)
+    return source, opts, family
 
 
 def server_args(

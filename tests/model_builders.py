@@ -258,6 +258,155 @@ def build_modernbert_cross_encoder(path: str | Path, *, seed: int = 0) -> Path:
     return path
 
 
+# Remote-code families: their checkpoints name a config class shipped as Python (auto_map), which vLLM asserts by
+# name. The tiny models ship a minimal stand-in (tests/remote_code) under the real class name, and weights under
+# the real checkpoints' parameter names (what vLLM's bert_with_rope loaders map from).
+REMOTE_CODE = Path(__file__).parent / "remote_code"
+
+
+def _random_weights(shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
+    """Normal(0, 0.05) matrices and embeddings, LayerNorm weights near 1 and biases near 0."""
+    import torch
+
+    weights = {}
+    for name, shape in shapes.items():
+        if "_ln." in name or "norm" in name.lower():
+            weights[name] = (1.0 if name.endswith("weight") else 0.0) + 0.1 * torch.randn(shape)
+        else:
+            weights[name] = 0.05 * torch.randn(shape) if len(shape) > 1 else 0.02 * torch.randn(shape)
+    return weights
+
+
+def build_gte_new(path: str | Path, *, seed: int = 0) -> Path:
+    """A NewModel checkpoint laid out like Alibaba-NLP/gte-base-en-v1.5: config class from remote code
+    (configuration.NewConfig), rope with NTK scaling, GeGLU MLP (up_gate_proj without bias), no token types, CLS
+    pooling and normalize."""
+    import shutil
+
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    _seeded(seed)
+    tokenizer = save_tokenizer(path, drop_token_type_ids=True)
+    shutil.copy(REMOTE_CODE / "gte_new_configuration.py", path / "configuration.py")
+    _write_json(
+        path / "config.json",
+        {
+            "architectures": ["NewModel"],
+            "auto_map": {"AutoConfig": "configuration.NewConfig", "AutoModel": "modeling.NewModel"},
+            "model_type": "new",
+            "vocab_size": len(tokenizer),
+            "hidden_size": HIDDEN,
+            "num_hidden_layers": LAYERS,
+            "num_attention_heads": HEADS,
+            "intermediate_size": 2 * HIDDEN,
+            "hidden_act": "gelu",
+            "max_position_embeddings": MAX_POSITIONS,
+            "type_vocab_size": 0,
+            "layer_norm_type": "layer_norm",
+            "layer_norm_eps": 1e-12,
+            "position_embedding_type": "rope",
+            "rope_theta": 500000,
+            "rope_scaling": {"factor": 2.0, "type": "ntk"},
+            "pack_qkv": True,
+            "logn_attention_scale": False,
+            "pad_token_id": tokenizer.pad_token_id,
+            "torch_dtype": "float32",
+        },
+    )
+    shapes: dict[str, tuple[int, ...]] = {
+        "embeddings.word_embeddings.weight": (len(tokenizer), HIDDEN),
+        "embeddings.LayerNorm.weight": (HIDDEN,),
+        "embeddings.LayerNorm.bias": (HIDDEN,),
+    }
+    for i in range(LAYERS):
+        layer = f"encoder.layer.{i}"
+        shapes |= {
+            f"{layer}.attention.qkv_proj.weight": (3 * HIDDEN, HIDDEN),
+            f"{layer}.attention.qkv_proj.bias": (3 * HIDDEN,),
+            f"{layer}.attention.o_proj.weight": (HIDDEN, HIDDEN),
+            f"{layer}.attention.o_proj.bias": (HIDDEN,),
+            f"{layer}.mlp.up_gate_proj.weight": (4 * HIDDEN, HIDDEN),
+            f"{layer}.mlp.down_proj.weight": (HIDDEN, 2 * HIDDEN),
+            f"{layer}.mlp.down_proj.bias": (HIDDEN,),
+            f"{layer}.attn_ln.weight": (HIDDEN,),
+            f"{layer}.attn_ln.bias": (HIDDEN,),
+            f"{layer}.mlp_ln.weight": (HIDDEN,),
+            f"{layer}.mlp_ln.bias": (HIDDEN,),
+        }
+    save_file(_random_weights(shapes), str(path / "model.safetensors"), metadata={"format": "pt"})
+    sentence_transformers_files(path, "cls", normalize=True, prompts=None)
+    return path
+
+
+def build_nomic(path: str | Path, *, seed: int = 0, prompts: dict[str, str] | None = None) -> Path:
+    """A NomicBertModel checkpoint laid out like nomic-ai/nomic-embed-text-v1.5: config class from remote code
+    (configuration_hf_nomic_bert.NomicBertConfig, GPT-2 field names), rope (base 1000), SwiGLU MLP, no linear
+    biases, token types, mean pooling; ``prompts`` for config_sentence_transformers.json (none, as published)."""
+    import shutil
+
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    _seeded(seed)
+    tokenizer = save_tokenizer(path)
+    shutil.copy(REMOTE_CODE / "nomic_configuration.py", path / "configuration_hf_nomic_bert.py")
+    _write_json(
+        path / "config.json",
+        {
+            "architectures": ["NomicBertModel"],
+            "auto_map": {
+                "AutoConfig": "configuration_hf_nomic_bert.NomicBertConfig",
+                "AutoModel": "modeling_hf_nomic_bert.NomicBertModel",
+            },
+            "model_type": "nomic_bert",
+            "activation_function": "swiglu",
+            "vocab_size": len(tokenizer),
+            "n_embd": HIDDEN,
+            "n_head": HEADS,
+            "n_inner": 2 * HIDDEN,
+            "n_layer": LAYERS,
+            "n_positions": MAX_POSITIONS,
+            "max_trained_positions": MAX_POSITIONS,
+            "layer_norm_epsilon": 1e-12,
+            "mlp_fc1_bias": False,
+            "mlp_fc2_bias": False,
+            "qkv_proj_bias": False,
+            "rotary_emb_base": 1000,
+            "rotary_emb_fraction": 1.0,
+            "rotary_emb_interleaved": False,
+            "rotary_emb_scale_base": None,
+            "type_vocab_size": 2,
+            "pad_token_id": tokenizer.pad_token_id,
+            "bos_token_id": None,
+            "eos_token_id": None,
+            "torch_dtype": "float32",
+        },
+    )
+    shapes: dict[str, tuple[int, ...]] = {
+        "embeddings.word_embeddings.weight": (len(tokenizer), HIDDEN),
+        "embeddings.token_type_embeddings.weight": (2, HIDDEN),
+        "emb_ln.weight": (HIDDEN,),
+        "emb_ln.bias": (HIDDEN,),
+    }
+    for i in range(LAYERS):
+        layer = f"encoder.layers.{i}"
+        shapes |= {
+            f"{layer}.attn.Wqkv.weight": (3 * HIDDEN, HIDDEN),
+            f"{layer}.attn.out_proj.weight": (HIDDEN, HIDDEN),
+            f"{layer}.mlp.fc11.weight": (2 * HIDDEN, HIDDEN),
+            f"{layer}.mlp.fc12.weight": (2 * HIDDEN, HIDDEN),
+            f"{layer}.mlp.fc2.weight": (HIDDEN, 2 * HIDDEN),
+            f"{layer}.norm1.weight": (HIDDEN,),
+            f"{layer}.norm1.bias": (HIDDEN,),
+            f"{layer}.norm2.weight": (HIDDEN,),
+            f"{layer}.norm2.bias": (HIDDEN,),
+        }
+    save_file(_random_weights(shapes), str(path / "model.safetensors"), metadata={"format": "pt"})
+    sentence_transformers_files(path, "mean", normalize=True, prompts=prompts)
+    return path
+
+
 BUILDERS: dict[str, Callable[[Path], Path]] = {
     "bert-cls": lambda p: build_bi_encoder(p, kind="bert", pooling="cls"),
     "roberta-mean": lambda p: build_bi_encoder(p, kind="roberta", pooling="mean"),
@@ -269,6 +418,8 @@ BUILDERS: dict[str, Callable[[Path], Path]] = {
     "bge-m3": build_bge_m3,
     "modernbert-cls": build_modernbert,
     "modernbert-cross-encoder": build_modernbert_cross_encoder,
+    "gte-new": build_gte_new,
+    "nomic": build_nomic,
 }
 
 
@@ -276,6 +427,13 @@ BUILDERS: dict[str, Callable[[Path], Path]] = {
 HUB_MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 HUB_TINY = "rbln-test/tiny-bert"  # two revisions: main (bert-cls) and v2 (roberta-mean)
 HUB_TINY_RERANKER = "rbln-test/tiny-cross-encoder"
+
+
+def remote_code_options(path: str | Path) -> dict[str, Any]:
+    """``trust_remote_code=True`` for a model whose config class ships as code (its config.json has an auto_map),
+    else no option: engines of the other families start with the default."""
+    config = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+    return {"trust_remote_code": True} if "auto_map" in config else {}
 
 
 def hub_cache_snapshot(cache: Path, repo_id: str, model_dir: Path, *, refs: tuple[str, ...] = ("main",)) -> Path:

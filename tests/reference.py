@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import math
 from functools import cache
+from types import SimpleNamespace
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
 QWEN3_RERANKER_PREFIX = (
@@ -32,8 +36,13 @@ def embed(
     normalize=True,
     dimensions: int | None = None,
 ) -> np.ndarray:
-    """One text at a time (no padding): pooled hidden states of the base model."""
-    tokenizer, model = _load("base", path)
+    """One text at a time (no padding): pooled hidden states of the base model (for remote-code families, whose
+    modeling code is not available here, of rope_encoder's forward)."""
+    if _model_type(path) in ROPE_ENCODERS:
+        # The tokenizer is a stock one; transformers reads the config (remote code) only to find its class.
+        tokenizer, model = AutoTokenizer.from_pretrained(path, trust_remote_code=True), rope_encoder(path)
+    else:
+        tokenizer, model = _load("base", path)
     rows = []
     for text in texts:
         enc = tokenizer(prefix + text, truncation=True, max_length=max_length, return_tensors="pt")
@@ -117,3 +126,112 @@ def colbert_score(query: np.ndarray, document: np.ndarray) -> float:
     document vector, divided by the number of query vectors."""
     q, p = torch.from_numpy(query), torch.from_numpy(document)
     return (torch.einsum("in,jn->ij", q, p).max(-1).values.sum() / q.size(0)).item()
+
+
+# -- remote-code encoders with rope (GTE-new, Nomic), written from their published modeling code ----------------
+# Per family: where each weight lives in the checkpoint, the MLP's activation, and how config fields are named.
+ROPE_ENCODERS = {
+    "new": {  # Alibaba-NLP/new-impl modeling.py: NewEmbeddings, NewLayer (post-norm), NewGatedMLP (GeGLU)
+        "embedding_ln": "embeddings.LayerNorm",
+        "layer": "encoder.layer.{}",
+        "qkv": "attention.qkv_proj",
+        "out": "attention.o_proj",
+        "attn_ln": "attn_ln",
+        "mlp_ln": "mlp_ln",
+        "down": "mlp.down_proj",
+        "activation": lambda x: F.gelu(x),  # hidden_act "gelu": the exact erf form (ACT2FN["gelu"])
+    },
+    "nomic_bert": {  # nomic-ai/nomic-bert-2048 modeling_hf_nomic_bert.py: NomicBertBlock (post-norm), SwiGLU MLP
+        "embedding_ln": "emb_ln",
+        "layer": "encoder.layers.{}",
+        "qkv": "attn.Wqkv",
+        "out": "attn.out_proj",
+        "attn_ln": "norm1",
+        "mlp_ln": "norm2",
+        "down": "mlp.fc2",
+        "activation": F.silu,
+    },
+}
+
+
+def _model_type(path: str) -> str:
+    with open(f"{path}/config.json", encoding="utf-8") as f:
+        return json.load(f).get("model_type", "")
+
+
+def _rope_inverse_frequencies(config: dict, head_dim: int) -> torch.Tensor:
+    """GTE-new: base rope_theta, with fixed NTK scaling (new-impl's NTKScalingRotaryEmbedding: base * factor, then
+    frequencies / factor^(2/dim)) when rope_scaling says "ntk"; Nomic: base rotary_emb_base over the rotated
+    fraction of the head."""
+    if config["model_type"] == "new":
+        dim, base, scaling = head_dim, float(config["rope_theta"]), config.get("rope_scaling")
+        factor = scaling["factor"] if scaling else 1.0
+        assert not scaling or (scaling["type"] == "ntk" and scaling.get("mixed_b") is None)
+        inv = 1.0 / ((base * factor) ** (torch.arange(0, dim, 2).float() / dim))
+        return inv / factor ** (2 / dim)
+    dim = int(head_dim * config["rotary_emb_fraction"])
+    assert not config.get("rotary_emb_interleaved") and config.get("rotary_emb_scale_base") is None
+    return 1.0 / (float(config["rotary_emb_base"]) ** (torch.arange(0, dim, 2).float() / dim))
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Non-interleaved (GPT-NeoX) rope on the rotated dims of each head: x * cos + rotate_half(x) * sin."""
+    dim = cos.shape[-1]
+    rot, rest = x[..., :dim], x[..., dim:]
+    half = dim // 2
+    rotated = torch.cat((-rot[..., half:], rot[..., :half]), dim=-1)
+    return torch.cat((rot * cos + rotated * sin, rest), dim=-1)
+
+
+@cache
+def rope_encoder(path: str):
+    """The encoder of a GTE-new or Nomic checkpoint as a function of input_ids (and token_type_ids), returning
+    ``.last_hidden_state``: word (+ token type) embeddings and LayerNorm; per layer fused qkv, rope on q and k,
+    softmax(q k^T / sqrt(head_dim)) v, output projection, residual and LayerNorm, gated MLP (act(gate) * up),
+    residual and LayerNorm."""
+    from safetensors.torch import load_file
+
+    with open(f"{path}/config.json", encoding="utf-8") as f:
+        config = json.load(f)
+    names = ROPE_ENCODERS[config["model_type"]]
+    w = load_file(f"{path}/model.safetensors")
+    hidden = config.get("hidden_size") or config["n_embd"]
+    heads = config.get("num_attention_heads") or config["n_head"]
+    layers = config.get("num_hidden_layers") or config["n_layer"]
+    eps = config.get("layer_norm_eps") or config["layer_norm_epsilon"]
+    head_dim = hidden // heads
+    inv_freq = _rope_inverse_frequencies(config, head_dim)
+
+    def linear(x, name):
+        return F.linear(x, w[f"{name}.weight"], w.get(f"{name}.bias"))
+
+    def norm(x, name):
+        return F.layer_norm(x, (hidden,), w[f"{name}.weight"], w[f"{name}.bias"], eps)
+
+    def gated_mlp(x, layer):
+        if config["model_type"] == "new":  # one up_gate_proj without bias: [up; gate]
+            up, gate = F.linear(x, w[f"{layer}.mlp.up_gate_proj.weight"]).chunk(2, dim=-1)
+        else:  # fc11 is the value, fc12 the gate
+            up, gate = linear(x, f"{layer}.mlp.fc11"), linear(x, f"{layer}.mlp.fc12")
+        return linear(names["activation"](gate) * up, f"{layer}.{names['down']}")
+
+    def forward(input_ids, token_type_ids=None, attention_mask=None):
+        ids = input_ids[0]
+        x = w["embeddings.word_embeddings.weight"][ids]
+        if config.get("type_vocab_size", 0) > 0:
+            types = torch.zeros_like(ids) if token_type_ids is None else token_type_ids[0]
+            x = x + w["embeddings.token_type_embeddings.weight"][types]
+        x = norm(x, names["embedding_ln"])
+        angles = torch.outer(torch.arange(len(ids)).float(), inv_freq)
+        cos, sin = torch.cat((angles, angles), -1).cos(), torch.cat((angles, angles), -1).sin()
+        for i in range(layers):
+            layer = names["layer"].format(i)
+            q, k, v = linear(x, f"{layer}.{names['qkv']}").view(len(ids), 3, heads, head_dim).unbind(1)
+            q, k = _rotate(q, cos[:, None], sin[:, None]), _rotate(k, cos[:, None], sin[:, None])
+            scores = torch.einsum("qhd,khd->hqk", q, k) / math.sqrt(head_dim)
+            context = torch.einsum("hqk,khd->qhd", scores.softmax(-1), v).reshape(len(ids), hidden)
+            x = norm(x + linear(context, f"{layer}.{names['out']}"), f"{layer}.{names['attn_ln']}")
+            x = norm(x + gated_mlp(x, layer), f"{layer}.{names['mlp_ln']}")
+        return SimpleNamespace(last_hidden_state=x[None])
+
+    return forward

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 import reference
 from corpus import mixed_length
-from model_builders import build_modernbert
+from model_builders import build_modernbert, build_nomic
 
-from rbln_retrieval import PoolingEngine, detect_family
+from rbln_retrieval import ModelNotSupportedError, PoolingEngine, detect_family
 from rbln_retrieval.prompts import QWEN3_DEFAULT_TASK
 
 TEXTS = mixed_length(40)
@@ -140,3 +142,89 @@ def test_modernbert_prompts_reach_the_windowed_model(tmp_path):
     assert np.abs(queries - expected).max() <= 1e-4
     assert np.abs(queries - engine.embed([QUERY])).max() > 1e-3, "a query must differ from the same text as document"
     engine.close()
+
+
+# -- remote-code families: GTE-new and Nomic -------------------------------------------------------------------
+def test_remote_code_families_are_detected_from_their_config(tiny_models):
+    gte, nomic = detect_family(tiny_models["gte-new"]), detect_family(tiny_models["nomic"])
+    assert (gte.name, gte.pooling, gte.query_prompt, gte.document_prompt, gte.matryoshka) == (
+        "gte-new",
+        "CLS",
+        "",
+        "",
+        False,
+    )
+    assert gte.hf_overrides == {"architectures": ["GteNewModel"]} and gte.config_code == "configuration.NewConfig"
+    assert (nomic.name, nomic.pooling, nomic.query_prompt, nomic.document_prompt, nomic.matryoshka) == (
+        "nomic",
+        "MEAN",
+        "search_query: ",
+        "search_document: ",
+        True,
+    )
+    # GPT-2 field names: n_embd, n_positions.
+    assert (nomic.hidden_size, nomic.max_length, nomic.hf_overrides) == (64, 512, {"is_matryoshka": True})
+
+
+def test_nomic_uses_the_checkpoints_own_prompts(tmp_path):
+    path = build_nomic(tmp_path / "nomic", prompts={"query": "query: ", "document": "passage: "})
+    family = detect_family(path)
+    assert (family.query_prompt, family.document_prompt) == ("query: ", "passage: ")
+
+
+@pytest.mark.parametrize("name", ["gte-new", "nomic"])
+def test_a_remote_code_family_without_trust_remote_code_is_one_sentence(tiny_models, name):
+    path = tiny_models[name]
+    with pytest.raises(ModelNotSupportedError) as raised:
+        PoolingEngine(path, device="cpu", dtype="float32")
+    message = str(raised.value)
+    assert "\n" not in message and message.endswith("pass trust_remote_code=True if you trust its source.")
+    assert message.startswith(f"{path} is a {detect_family(path).architecture} checkpoint ({name})")
+
+
+def test_a_remote_code_family_missing_its_config_code_is_one_sentence(tiny_models, tmp_path):
+    shutil.copytree(tiny_models["gte-new"], tmp_path / "gte", ignore=shutil.ignore_patterns("configuration.py"))
+    with pytest.raises(ModelNotSupportedError) as raised:
+        PoolingEngine(tmp_path / "gte", device="cpu", dtype="float32", trust_remote_code=True)
+    assert str(raised.value) == (
+        f"{tmp_path / 'gte'} names its config class configuration.NewConfig, but configuration.py is not in the "
+        "directory."
+    )
+
+
+@pytest.fixture(scope="module")
+def nomic(tiny_models):
+    engine = PoolingEngine.shared(tiny_models["nomic"], device="cpu", dtype="float32", trust_remote_code=True)
+    yield tiny_models["nomic"], engine
+    engine.close()
+
+
+def test_nomic_prefixes_queries_and_documents_with_its_task_prefixes(nomic):
+    path, engine = nomic
+    docs, queries = engine.embed(TEXTS), engine.embed([QUERY], kind="query")
+    expected = reference.embed(str(path), TEXTS, pooling="MEAN", max_length=512, prefix="search_document: ")
+    assert np.abs(docs - expected).max() <= 1e-4
+    expected = reference.embed(str(path), [QUERY], pooling="MEAN", max_length=512, prefix="search_query: ")
+    assert np.abs(queries - expected).max() <= 1e-4
+    assert np.abs(queries - engine.embed([QUERY])).max() > 1e-3, "a query must differ from the same text as document"
+    custom = engine.embed([QUERY], kind="query", instruction="clustering: ")
+    expected = reference.embed(str(path), [QUERY], pooling="MEAN", max_length=512, prefix="clustering: ")
+    assert np.abs(custom - expected).max() <= 1e-4
+
+
+def test_nomic_matryoshka_truncates_then_normalizes_as_vllm_does(nomic):
+    """vLLM's order (sentence-transformers' too): pool, truncate, normalize; nomic's model card puts a layer_norm
+    before the truncation, which callers apply to normalize=False vectors themselves (README)."""
+    path, engine = nomic
+    small = engine.embed(TEXTS[:8], dimensions=16)
+    expected = reference.embed(
+        str(path), TEXTS[:8], pooling="MEAN", max_length=512, prefix="search_document: ", dimensions=16
+    )
+    assert small.shape == (8, 16) and np.abs(small - expected).max() <= 1e-4
+    raw = engine.embed(TEXTS[:8], normalize=False)
+    unnormalized = reference.embed(
+        str(path), TEXTS[:8], pooling="MEAN", max_length=512, prefix="search_document: ", normalize=False
+    )
+    assert np.abs(raw - unnormalized).max() <= 1e-4 * np.abs(unnormalized).max()
+    with pytest.raises(ValueError, match="dimensions"):
+        engine.embed(["a"], dimensions=65)

@@ -3,6 +3,7 @@ HF_HUB_OFFLINE=1), the errors of an id that cannot be resolved, and one engine s
 
 from __future__ import annotations
 
+import json
 import logging
 import traceback
 
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
 from huggingface_hub.utils import filter_repo_objects
-from model_builders import HUB_MINILM, HUB_TINY
+from model_builders import HUB_MINILM, HUB_TINY, hub_cache_snapshot
 
 from rbln_retrieval import ModelNotFoundError, ModelNotSupportedError, PoolingEngine
 from rbln_retrieval.backend.config import BundledConfig, engine_overrides
@@ -128,6 +129,38 @@ def test_references_that_are_neither_a_directory_nor_an_id(hub):
         resolve_model("org/not a name")
     with pytest.raises(ValueError, match="names revision 'v2' but revision='main'"):
         resolve_model(f"{HUB_TINY}@v2", revision="main")
+
+
+def test_a_config_class_from_another_repo_is_fetched_with_trust_remote_code_or_named_in_one_sentence(
+    hub, tiny_models, tmp_path
+):
+    """Alibaba-NLP/gte-*-v1.5 name their config class "Alibaba-NLP/new-impl--configuration.NewConfig": transformers
+    loads it from that repository's snapshot in the default cache, which offline must already hold it."""
+    import shutil
+
+    from transformers import AutoConfig
+
+    checkpoint = tmp_path / "checkpoint"
+    shutil.copytree(tiny_models["gte-new"], checkpoint)
+    (checkpoint / "configuration.py").rename(tmp_path / "configuration.py")
+    config = json.loads((checkpoint / "config.json").read_text())
+    config["auto_map"] = {"AutoConfig": "rbln-test/new-impl--configuration.NewConfig"}
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    snapshot = hub_cache_snapshot(hub, "rbln-test/tiny-gte", checkpoint)
+    assert resolve_model("rbln-test/tiny-gte").path == str(snapshot)  # the code is fetched only when trusted
+    for model in ("rbln-test/tiny-gte", str(snapshot)):
+        with pytest.raises(ModelNotFoundError) as raised:
+            resolve_model(model, trust_remote_code=True)
+        message = _one_sentence(raised.value)
+        assert message.startswith(f"{model} takes its config class from rbln-test/new-impl--configuration.NewConfig")
+        assert "configuration.py of rbln-test/new-impl is not in the Hugging Face cache" in message
+        assert "hf download rbln-test/new-impl configuration.py" in message
+    code = tmp_path / "code"
+    code.mkdir()
+    (tmp_path / "configuration.py").rename(code / "configuration.py")
+    hub_cache_snapshot(hub, "rbln-test/new-impl", code)
+    assert resolve_model("rbln-test/tiny-gte", trust_remote_code=True).path == str(snapshot)
+    assert type(AutoConfig.from_pretrained(str(snapshot), trust_remote_code=True)).__name__ == "NewConfig"
 
 
 def _hub_error(kind: type[Exception]) -> Exception:

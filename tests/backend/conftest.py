@@ -11,7 +11,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from model_builders import minilm_path
+from model_builders import minilm_path, remote_code_options
 from npu import STANDIN, rbln_options
 
 from rbln_retrieval import PoolingEngine
@@ -40,7 +40,13 @@ def standin_rebel() -> Iterator[ModuleType]:
 def start(path: Path, runner: str, **settings) -> PoolingEngine:
     extra = {"additional_config": {"rbln_retrieval": {**SETTINGS, **settings}}} if runner == "bundled" else {}
     return PoolingEngine(
-        path, device="cpu", dtype="float32", runner=runner, strict_shapes=runner == "bundled", engine_kwargs=extra
+        path,
+        device="cpu",
+        dtype="float32",
+        runner=runner,
+        strict_shapes=runner == "bundled",
+        engine_kwargs=extra,
+        **remote_code_options(path),
     )
 
 
@@ -67,7 +73,7 @@ def rbln(pair, standin_rebel) -> Iterator[tuple[PoolingEngine, list]]:
     """(rbln-target engine, what the stand-in compiler recorded for it) for the model of ``pair``; shared, so
     framework objects with ``rbln_options()`` use this very engine."""
     first = len(standin_rebel.COMPILED)
-    engine = PoolingEngine.shared(pair[0], **rbln_options())
+    engine = PoolingEngine.shared(pair[0], **rbln_options(), **remote_code_options(pair[0]))
     try:
         yield engine, standin_rebel.COMPILED[first:]
     finally:
