@@ -29,6 +29,7 @@ from rbln_retrieval.options import EngineOptions
 from rbln_retrieval.outputs import Output, check_remote_outputs
 from rbln_retrieval.prompts import (
     default_instruction,
+    default_document_prompt,
     default_query_prompt,
     embed_prefix,
     qwen3_reranker_prompts,
@@ -154,7 +155,8 @@ class RemoteEngine:
             max_length=self.options.max_length or 0,
             default_instruction=default_instruction(wanted or ""),
             query_prompt=default_query_prompt(wanted or ""),
-            matryoshka=wanted == "qwen3-embedding",
+            document_prompt=default_document_prompt(wanted or ""),
+            matryoshka=wanted in ("qwen3-embedding", "embeddinggemma"),
         )
 
     def __repr__(self) -> str:  # never shows the API key
@@ -336,7 +338,13 @@ class RemoteEngine:
             return {outputs[0]: await self._embed(texts, kind, instruction, dimensions, normalize, truncate, what)}
         prefix = embed_prefix(family, self.model, kind, instruction)
         if family.hidden_size:
-            check_dimensions(dimensions, hidden_size=family.hidden_size, matryoshka=family.matryoshka, model=self.model)
+            check_dimensions(
+                dimensions,
+                hidden_size=family.hidden_size,
+                matryoshka=family.matryoshka,
+                model=self.model,
+                sizes=family.matryoshka_dimensions,
+            )
         payload: dict[str, Any] = {"use_activation": normalize, **self._truncation(family, truncate)}
         if dimensions is not None:
             payload["dimensions"] = dimensions

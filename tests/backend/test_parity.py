@@ -3,6 +3,7 @@ strict_shapes: every graph at a declared bucket, nothing compiled after warmup, 
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 from pathlib import Path
@@ -58,9 +59,13 @@ def _reference(path, family):
                 )
             )
         }
-    kw = dict(pooling=family.pooling, max_length=length, normalize=family.normalize)
-    documents = reference.embed(str(path), TEXTS, prefix=family.document_prompt, **kw)
-    queries = reference.embed(str(path), [QUERY, TEXTS[3]], prefix=family.query_prompt, **kw)
+    if family.name == "embeddinggemma":
+        embed = functools.partial(reference.embeddinggemma, str(path), max_length=length)
+    else:
+        kw = dict(pooling=family.pooling, max_length=length, normalize=family.normalize)
+        embed = functools.partial(reference.embed, str(path), **kw)
+    documents = embed(TEXTS, prefix=family.document_prompt)
+    queries = embed([QUERY, TEXTS[3]], prefix=family.query_prompt)
     expected = {"documents": documents, "queries": queries, "scores": documents[:9] @ queries[0]}
     if family.name == "bge-m3":
         _, expected["sparse"], expected["multi_vector"] = reference.bge_m3(str(path), TEXTS, max_length=length)

@@ -88,7 +88,11 @@ class RBLNEmbeddings(RBLNEngineModel, Embeddings):
         if family.is_cross_encoder:
             raise ValueError(f"{self.model} is a reranker ({family.name}) and cannot embed; use RBLNReranker for it.")
         check_dimensions(
-            self.dimensions, hidden_size=family.hidden_size, matryoshka=family.matryoshka, model=self.model
+            self.dimensions,
+            hidden_size=family.hidden_size,
+            matryoshka=family.matryoshka,
+            model=self.model,
+            sizes=family.matryoshka_dimensions,
         )
 
     @property
