@@ -6,6 +6,11 @@ exact ``build(common_prefix_len, common_attn_metadata, fast_build=False)`` signa
 That keeps it correct when vLLM wraps it for encoder-only layers (the wrapper forwards exactly those three
 arguments and sets ``causal=False``).
 
+Sliding windows follow vLLM's convention (its CPU kernel, FlashAttention): a window of ``W`` keeps the keys at
+most ``W - 1`` positions from the query, on both sides for bidirectional layers and behind it for causal ones.
+Models translate their own configs into it (ModernBERT passes ``local_attention // 2 + 1``, Gemma-3 its
+``sliding_window``), which reproduces transformers' masks.
+
 Two implementations (``BundledConfig.kernels``), both parity-tested against the stock runner:
 - ``static``: the whole bucket in one masked attention (additive float mask, explicit matmuls and softmax) whose
   shapes depend on the bucket only, traced into
@@ -101,7 +106,6 @@ class PackedAttentionImpl(AttentionImpl[PackedAttentionMetadata]):
     ) -> None:
         unsupported = {
             "ALiBi": alibi_slopes is not None,
-            "sliding windows": sliding_window is not None,
             "logit soft-capping": bool(logits_soft_cap),
             "attention sinks": sinks is not None,
             f"{attn_type} attention": attn_type not in (AttentionType.DECODER, AttentionType.ENCODER_ONLY),
@@ -112,6 +116,7 @@ class PackedAttentionImpl(AttentionImpl[PackedAttentionMetadata]):
         self.num_kv_heads = num_kv_heads
         self.head_size = head_size
         self.scale = float(scale)
+        self.sliding_window = sliding_window
 
     def forward(
         self,
@@ -131,7 +136,7 @@ class PackedAttentionImpl(AttentionImpl[PackedAttentionMetadata]):
             return output
         md = attn_metadata
         if md.bounds is not None:
-            per_prompt_attention(query, key, value, md.bounds, md.causal, self.scale, output)
+            per_prompt_attention(query, key, value, md.bounds, md.causal, self.scale, output, self.sliding_window)
             output[md.num_real_tokens : md.num_actual_tokens].zero_()
             return output
         output[: md.num_actual_tokens] = packed_attention(
@@ -141,6 +146,7 @@ class PackedAttentionImpl(AttentionImpl[PackedAttentionMetadata]):
             md.seq_ids,
             md.causal,
             self.scale,
+            self.sliding_window,
         )
         return output
 
@@ -153,30 +159,55 @@ def per_prompt_attention(
     causal: bool,
     scale: float,
     output: torch.Tensor,
+    window: int | None = None,
 ) -> None:
     """Each prompt's rows attend among themselves through torch's fused attention, written into ``output``'s
-    first rows (one per prompt token)."""
+    first rows (one per prompt token). A prompt no longer than the window needs no mask."""
     if not bounds:
         return
     gqa = key.shape[1] != query.shape[1]
     # [1, heads, tokens, head_size] views: torch's CPU flash kernel takes 4-d inputs only (else its math path).
     q, k, v = (t.transpose(0, 1).unsqueeze(0) for t in (query, key, value))
-    parts = [
-        torch.nn.functional.scaled_dot_product_attention(
-            q[:, :, start:end], k[:, :, start:end], v[:, :, start:end], is_causal=causal, scale=scale, enable_gqa=gqa
+    parts = []
+    for start, end in bounds:
+        windowed = window is not None and end - start > window
+        mask = window_mask(end - start, window, causal) if windowed else None
+        parts.append(
+            torch.nn.functional.scaled_dot_product_attention(
+                q[:, :, start:end],
+                k[:, :, start:end],
+                v[:, :, start:end],
+                attn_mask=mask,
+                is_causal=causal and not windowed,
+                scale=scale,
+                enable_gqa=gqa,
+            )
         )
-        for start, end in bounds
-    ]
     # One copy per layer rather than one per prompt: every copy is a parallel region, each a wait for all threads.
     output[: bounds[-1][1]].copy_(torch.cat(parts, dim=2)[0].transpose(0, 1))
 
 
+def window_mask(tokens: int, window: int, causal: bool) -> torch.Tensor:
+    """Which keys (columns) each query (row) of one prompt may see in a window of ``window`` (vLLM's convention)."""
+    positions = torch.arange(tokens)
+    offset = positions[:, None] - positions[None, :]
+    allowed = offset.abs() < window
+    return allowed & (offset >= 0) if causal else allowed
+
+
 def packed_attention(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, seq_ids: torch.Tensor, causal: bool, scale: float
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    seq_ids: torch.Tensor,
+    causal: bool,
+    scale: float,
+    window: int | None = None,
 ) -> torch.Tensor:
     """Block-diagonal attention over a packed bucket in query tiles, written as an NPU compiler lowers it (and as
     optimum-rbln's BERT and transformers' eager attention write it): matmuls, an additive float mask, a float32
-    softmax. Every shape depends on the bucket only."""
+    softmax. Every shape depends on the bucket only. Prompts are contiguous, so bucket positions measure the
+    distances a window limits."""
     tokens, heads, _ = query.shape
     if key.shape[1] != heads:  # grouped-query attention
         key = key.repeat_interleave(heads // key.shape[1], dim=1)
@@ -189,8 +220,11 @@ def packed_attention(
     for start in range(0, tokens, TILE):
         rows = slice(start, min(start + TILE, tokens))
         allowed = seq_ids[rows, None] == seq_ids[None, :]
+        offset = positions[rows, None] - positions[None, :]
         if causal:
-            allowed = allowed & (positions[rows, None] >= positions[None, :])
+            allowed = allowed & (offset >= 0)
+        if window is not None:
+            allowed = allowed & (offset.abs() < window)
         bias = torch.where(allowed, 0.0, blocked)
         scores = torch.matmul(q[:, rows], keys_t).float() * scale + bias
         probs = torch.softmax(scores, dim=-1).to(v.dtype)

@@ -138,23 +138,34 @@ def test_pooling_weights_are_zero_on_padding():
     torch.testing.assert_close((w["MEAN"] @ hidden)[:3], expected)
 
 
-def _per_sequence(q, k, v, lengths, causal, scale):
+def _per_sequence(q, k, v, lengths, causal, scale, window=None):
+    """Plain attention per sequence; a window of W keeps keys at most W - 1 positions away (a band matrix)."""
     out, start = [], 0
     k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
     v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
     for n in lengths:
         s = slice(start, start + n)
+        band = torch.ones(n, n, dtype=torch.bool)
+        if window is not None:
+            band = band.tril(window - 1).triu(1 - window)
+        if causal:
+            band = band.tril()
         out.append(
             F.scaled_dot_product_attention(
-                q[s].transpose(0, 1), k[s].transpose(0, 1), v[s].transpose(0, 1), is_causal=causal, scale=scale
+                q[s].transpose(0, 1), k[s].transpose(0, 1), v[s].transpose(0, 1), attn_mask=band, scale=scale
             ).transpose(0, 1)
         )
         start += n
     return torch.cat(out)
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_static_attention_matches_per_sequence_attention(causal):
+# Windows: none, narrower than every prompt but one token, and one that cuts only the longest prompt (which
+# spans two query tiles on the static path).
+ATTENTION_CASES = [(causal, window) for window in (None, 3, 129) for causal in (False, True)]
+
+
+@pytest.mark.parametrize(("causal", "window"), ATTENTION_CASES)
+def test_static_attention_matches_per_sequence_attention(causal, window):
     from rbln_retrieval.backend import attention
 
     torch.manual_seed(0)
@@ -162,15 +173,15 @@ def test_static_attention_matches_per_sequence_attention(causal):
     q, k, v = torch.randn(bucket, 4, 32), torch.randn(bucket, 2, 32), torch.randn(bucket, 2, 32)
     seq_ids = torch.full((bucket,), -1)
     seq_ids[: sum(lengths)] = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
-    out = attention.packed_attention(q, k, v, seq_ids, causal, 0.17)
+    out = attention.packed_attention(q, k, v, seq_ids, causal, 0.17, window)
     real = sum(lengths)
-    expected = _per_sequence(q[:real], k[:real], v[:real], lengths, causal, 0.17)
+    expected = _per_sequence(q[:real], k[:real], v[:real], lengths, causal, 0.17, window)
     assert (out[:real] - expected).abs().max() <= FP32_ACROSS_KERNELS
     assert torch.isfinite(out[real:]).all(), "padding rows feed later layers and must stay finite"
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_host_attention_matches_per_sequence_attention(causal):
+@pytest.mark.parametrize(("causal", "window"), ATTENTION_CASES)
+def test_host_attention_matches_per_sequence_attention(causal, window):
     """The host path: grouped-query heads, a one-token prompt, padding rows left for the caller to zero."""
     from rbln_retrieval.backend import attention
 
@@ -179,11 +190,23 @@ def test_host_attention_matches_per_sequence_attention(causal):
     q, k, v = torch.randn(bucket, 4, 32), torch.randn(bucket, 2, 32), torch.randn(bucket, 2, 32)
     starts = [0, 5, 6, 306, 343]
     out = torch.full((bucket, 4, 32), float("nan"))
-    attention.per_prompt_attention(q, k, v, list(itertools.pairwise(starts)), causal, 0.17, out)
+    attention.per_prompt_attention(q, k, v, list(itertools.pairwise(starts)), causal, 0.17, out, window)
     real = sum(lengths)
-    expected = _per_sequence(q[:real], k[:real], v[:real], lengths, causal, 0.17)
+    expected = _per_sequence(q[:real], k[:real], v[:real], lengths, causal, 0.17, window)
     assert (out[:real] - expected).abs().max() <= FP32_ACROSS_KERNELS
     assert out[real:].isnan().all(), "rows past the prompts are not written"
+
+
+def test_a_window_changes_the_result():
+    """Guards the windowed cases above against a window that is silently ignored."""
+    from rbln_retrieval.backend import attention
+
+    torch.manual_seed(0)
+    q, k, v = torch.randn(40, 2, 32), torch.randn(40, 2, 32), torch.randn(40, 2, 32)
+    seq_ids = torch.zeros(40, dtype=torch.int32)
+    full = attention.packed_attention(q, k, v, seq_ids, False, 0.17)
+    windowed = attention.packed_attention(q, k, v, seq_ids, False, 0.17, 5)
+    assert (full - windowed).abs().max() > 0.1
 
 
 def test_strict_recording_backend_raises_on_a_compile_after_warmup():
