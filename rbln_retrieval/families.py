@@ -213,7 +213,11 @@ def detect_family(model_dir: str | Path, *, max_length: int | None = None, famil
 
 
 def _embeddinggemma(
-    model_dir: Path, config: dict[str, Any], modules: list[dict[str, Any]], prompts: dict[str, str], common: dict
+    model_dir: Path,
+    config: dict[str, Any],
+    modules: list[dict[str, Any]],
+    prompts: dict[str, str],
+    common: dict[str, Any],
 ) -> ModelFamily:
     """EmbeddingGemma as sentence-transformers runs it: bidirectional Gemma3, mean pooling (with the prompt), the
     Dense projection, then matryoshka truncation and normalization."""
@@ -229,6 +233,11 @@ def _embeddinggemma(
         raise ModelNotSupportedError(
             f"{model_dir}'s pooling leaves the prompt out (include_prompt is false), which vLLM cannot do."
         )
+    pooling = _st_pooling(model_dir, modules)
+    if isinstance(pooling_config, dict) and pooling is None:
+        raise ModelNotSupportedError(
+            f"{model_dir}'s pooling module uses none of the modes rbln-retrieval runs (mean, CLS, last token)."
+        )
     width = _dense_output_width(model_dir, modules, int(config.get("hidden_size", 0)))
     declared = config.get("matryoshka_dimensions")
     sizes = tuple(declared) if declared else tuple(d for d in EMBEDDINGGEMMA_MATRYOSHKA if d <= width)
@@ -239,7 +248,7 @@ def _embeddinggemma(
     overrides = {"matryoshka_dimensions": list(sizes)} if sizes else {"is_matryoshka": True}
     return ModelFamily(
         name="embeddinggemma",
-        pooling=_st_pooling(model_dir, modules) or "MEAN",
+        pooling=pooling or "MEAN",  # sentence-transformers' default without a pooling module
         normalize=any(m.get("type", "").endswith("Normalize") for m in modules),
         query_prompt=prompts.get("query", default_query_prompt("embeddinggemma")),
         document_prompt=prompts.get("document", prompts.get("passage", default_document_prompt("embeddinggemma"))),
@@ -265,7 +274,8 @@ def _dense_output_width(model_dir: Path, modules: list[dict[str, Any]], hidden_s
         dense = _read_json(model_dir / folder / "config.json")
         if not isinstance(dense, dict) or not any((model_dir / folder / name).is_file() for name in DENSE_WEIGHTS):
             raise ModelNotSupportedError(
-                f"{model_dir}'s Dense module {folder!r} lacks its config.json or its weights ({' or '.join(DENSE_WEIGHTS)})."
+                f"{model_dir}'s Dense module {folder!r} lacks its config.json or its weights "
+                f"({' or '.join(DENSE_WEIGHTS)})."
             )
         activation = dense.get("activation_function", "torch.nn.modules.activation.Tanh")
         if activation not in _DENSE_ACTIVATIONS:
@@ -333,13 +343,13 @@ def _check_dense_weights(model_dir: Path) -> None:
     """sentence-transformers Dense layers saved only as pickles are refused like pickle-only model weights."""
     for module in _sentence_transformers_modules(model_dir):
         folder = model_dir / module.get("path", "")
-        if module.get("type", "").endswith("Dense") and not (folder / DENSE_WEIGHTS[0]).is_file():
-            if (folder / DENSE_WEIGHTS[1]).is_file():
-                raise ModelNotSupportedError(
-                    f"{model_dir}'s Dense module {module.get('path')!r} has only pickle weights ({DENSE_WEIGHTS[1]}), "
-                    "which can run code when loaded; convert them to safetensors or pass allow_pickle=True if you "
-                    "trust the source."
-                )
+        safetensors, pickle = (folder / name for name in DENSE_WEIGHTS)
+        if module.get("type", "").endswith("Dense") and not safetensors.is_file() and pickle.is_file():
+            raise ModelNotSupportedError(
+                f"{model_dir}'s Dense module {module.get('path')!r} has only pickle weights ({DENSE_WEIGHTS[1]}), "
+                "which can run code when loaded; convert them to safetensors or pass allow_pickle=True if you "
+                "trust the source."
+            )
 
 
 def unreadable_weights(model_dir: str) -> str | None:

@@ -87,8 +87,7 @@ def check_dimensions(
         raise ValueError(f"{model} does not support matryoshka dimensions; leave dimensions unset.")
     if sizes and dimensions not in sizes:
         raise ValueError(
-            f"dimensions={dimensions} is not one of the sizes {model} was trained for "
-            f"({', '.join(map(str, sizes))})."
+            f"dimensions={dimensions} is not one of the sizes {model} was trained for ({', '.join(map(str, sizes))})."
         )
     if not 1 <= dimensions <= hidden_size:
         raise ValueError(f"dimensions={dimensions} is outside 1..{hidden_size} for {model}.")

@@ -28,8 +28,8 @@ from rbln_retrieval.model_source import resolve_model, split_reference
 from rbln_retrieval.options import EngineOptions
 from rbln_retrieval.outputs import Output, check_remote_outputs
 from rbln_retrieval.prompts import (
-    default_instruction,
     default_document_prompt,
+    default_instruction,
     default_query_prompt,
     embed_prefix,
     qwen3_reranker_prompts,
