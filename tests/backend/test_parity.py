@@ -157,7 +157,7 @@ def _mixed_calls(engine, rng: random.Random) -> None:
         assert len(engine.score(texts(1)[0], texts(n))) == n
 
 
-STRICT = ["all-MiniLM-L6-v2", "bert-cross-encoder", "qwen3-embedding", "qwen3-reranker", "bert-cls"]
+STRICT = ["all-MiniLM-L6-v2", "bert-cross-encoder", "qwen3-embedding", "qwen3-reranker", "bert-cls", "embeddinggemma"]
 
 
 @pytest.mark.parametrize("pair", STRICT, indirect=True)
