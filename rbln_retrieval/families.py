@@ -75,6 +75,10 @@ class ModelFamily:
     kv_bytes_per_token: int = 0  # causal models only: KV cache per token at fp32, for sizing the cache
     hf_overrides: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # A family rebuilt from a server's JSON description gets a list; equal families must compare equal.
+        object.__setattr__(self, "matryoshka_dimensions", tuple(self.matryoshka_dimensions))
+
     @property
     def is_cross_encoder(self) -> bool:
         return self.name in ("cross-encoder", "qwen3-reranker")
@@ -221,6 +225,10 @@ def _embeddinggemma(
 ) -> ModelFamily:
     """EmbeddingGemma as sentence-transformers runs it: bidirectional Gemma3, mean pooling (with the prompt), the
     Dense projection, then matryoshka truncation and normalization."""
+    if common["architecture"] not in _EMBEDDINGGEMMA_ARCHS:
+        raise ModelNotSupportedError(
+            f"{model_dir} is not an EmbeddingGemma checkpoint (architecture {common['architecture'] or 'none'!r})."
+        )
     if config.get("use_bidirectional_attention") is not True:
         raise ModelNotSupportedError(
             f"{model_dir} is a causal Gemma3 model (use_bidirectional_attention is not true); rbln-retrieval runs "

@@ -133,6 +133,10 @@ def test_embeddinggemma_is_detected_with_its_prompts_pooling_and_sizes(tiny_mode
     # The model's own prompts win over the published ones, which apply only when it declares none.
     own = build_embeddinggemma(tmp_path / "own", prompts={"query": "Q: ", "document": "D: "})
     assert (detect_family(own).query_prompt, detect_family(own).document_prompt) == ("Q: ", "D: ")
+    with pytest.raises(
+        ModelNotSupportedError, match=r"is not an EmbeddingGemma checkpoint \(architecture 'BertModel'\)"
+    ):
+        detect_family(tiny_models["bert-cls"], family="embeddinggemma")
     _edit_json(own / "config_sentence_transformers.json", prompts={})
     assert detect_family(own).query_prompt == "task: search result | query: "
     assert detect_family(own).document_prompt == "title: none | text: "
