@@ -22,8 +22,9 @@ class RBLNEmbedding(EngineSettings, BaseEmbedding):
 
     Every model family rbln-retrieval supports works (BERT/RoBERTa/XLM-R bi-encoders, Qwen3-Embedding,
     EmbeddingGemma); pooling, normalization and prompts come from the model directory. Objects with the same model
-    and engine options share one engine (``close()`` or a ``with`` block releases this object's claim; the engine closes with its last
-    holder or at exit). With ``base_url`` the vectors come from an ``rbln-retrieval serve`` server instead. Objects
+    and engine options share one engine (``close()`` or a ``with`` block releases this object's claim; the engine
+    closes with its last holder or at exit). With ``base_url`` the vectors come from an ``rbln-retrieval serve``
+    server instead. Objects
     pickle (IngestionPipeline workers): an unpickled copy joins the shared engine of its process on first use.
 
     Examples:
