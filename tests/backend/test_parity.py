@@ -30,6 +30,8 @@ def _outputs(engine):
         "queries": engine.embed([QUERY, TEXTS[3]], kind="query"),
         "scores": np.array(engine.score(QUERY, TEXTS[:9])),
     }
+    if family.matryoshka_dimensions:  # truncated after the graph's projection, normalized after truncation
+        outputs["smallest"] = engine.embed(TEXTS, dimensions=family.matryoshka_dimensions[-1])
     if family.name == "bge-m3":  # token-level outputs: pooled by vLLM's pooler from the bundled graph's rows
         outputs["sparse"] = engine.embed(TEXTS, output="sparse")
         outputs["multi_vector"] = engine.embed(TEXTS, output="multi_vector")
@@ -67,6 +69,8 @@ def _reference(path, family):
     documents = embed(TEXTS, prefix=family.document_prompt)
     queries = embed([QUERY, TEXTS[3]], prefix=family.query_prompt)
     expected = {"documents": documents, "queries": queries, "scores": documents[:9] @ queries[0]}
+    if family.matryoshka_dimensions:
+        expected["smallest"] = embed(TEXTS, prefix=family.document_prompt, dimensions=family.matryoshka_dimensions[-1])
     if family.name == "bge-m3":
         _, expected["sparse"], expected["multi_vector"] = reference.bge_m3(str(path), TEXTS, max_length=length)
     return expected
