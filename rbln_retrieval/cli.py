@@ -89,7 +89,7 @@ def _parser() -> tuple[_Parser, dict[str, _Parser]]:
     )
     embed.add_argument("--query", action="store_true", help="embed the texts as queries (applies the query prompt)")
     embed.add_argument("--instruction", help="replace the model's prompt (Qwen3-Embedding queries: the task)")
-    embed.add_argument("--dimensions", type=int, help="matryoshka size (Qwen3-Embedding, Nomic)")
+    embed.add_argument("--dimensions", type=int, help="matryoshka size (Qwen3-Embedding, Nomic, EmbeddingGemma)")
     embed.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     embed.set_defaults(run=_embed)
 

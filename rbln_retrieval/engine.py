@@ -345,7 +345,11 @@ class PoolingEngine:
     ) -> np.ndarray:
         prefix = embed_prefix(self.family, self.model, kind, instruction)
         dimensions = check_dimensions(
-            dimensions, hidden_size=self.dimension, matryoshka=self.family.matryoshka, model=self.model
+            dimensions,
+            hidden_size=self.dimension,
+            matryoshka=self.family.matryoshka,
+            model=self.model,
+            sizes=self.family.matryoshka_dimensions,
         )
         from vllm import PoolingParams
 

@@ -19,7 +19,9 @@ from rbln_retrieval.prompts import QWEN3_DEFAULT_TASK, default_document_prompt, 
 logger = logging.getLogger(__name__)
 
 Pooling = Literal["MEAN", "CLS", "LAST"]
-FamilyName = Literal["qwen3-embedding", "qwen3-reranker", "bi-encoder", "cross-encoder", "bge-m3", "gte-new", "nomic"]
+FamilyName = Literal[
+    "qwen3-embedding", "qwen3-reranker", "bi-encoder", "cross-encoder", "bge-m3", "gte-new", "nomic", "embeddinggemma"
+]
 
 # vLLM turns the causal LM's vocabulary head into one row, logit(yes) - logit(no); sigmoid of it is P(yes).
 QWEN3_RERANKER_OVERRIDES = {
@@ -53,6 +55,12 @@ BGE_M3_OVERRIDES = {"architectures": ["BgeM3EmbeddingModel"]}
 # GteNewModel; Nomic (nomic-embed-text-v1/v1.5) as NomicBertModel, with task prefixes and (v1.5) matryoshka.
 _REMOTE_CODE_ARCHS: dict[str, FamilyName] = {"NewModel": "gte-new", "NomicBertModel": "nomic"}
 GTE_NEW_OVERRIDES = {"architectures": ["GteNewModel"]}
+# EmbeddingGemma: a bidirectional Gemma3 encoder whose sentence-transformers Dense layers project the mean-pooled
+# vector; vLLM runs it as Gemma3TextModel and applies the Dense layers in its embedding head.
+_EMBEDDINGGEMMA_ARCHS = {"Gemma3TextModel"}
+# The sizes google/embeddinggemma-300m was trained to be truncated to (its model card), for checkpoints that
+# declare none in config.json's ``matryoshka_dimensions`` (the key vLLM reads).
+EMBEDDINGGEMMA_MATRYOSHKA = (768, 512, 256, 128)
 
 
 @dataclass(frozen=True)
@@ -61,7 +69,7 @@ class ModelFamily:
 
     name: FamilyName
     architecture: str
-    hidden_size: int
+    hidden_size: int  # the width of the vectors it returns (after any sentence-transformers Dense projection)
     max_length: int
     pooling: Pooling | None = None  # bi-encoders only
     normalize: bool = True
@@ -69,10 +77,15 @@ class ModelFamily:
     document_prompt: str = ""
     default_instruction: str | None = None  # Qwen3 task description (embedding and reranker)
     matryoshka: bool = False
+    matryoshka_dimensions: tuple[int, ...] = ()  # the only sizes ``dimensions`` may take; empty: any up to the width
     uses_token_type_ids: bool = False
     kv_bytes_per_token: int = 0  # causal models only: KV cache per token at fp32, for sizing the cache
     hf_overrides: dict[str, Any] = field(default_factory=dict)
     config_code: str | None = None  # auto_map reference of a config class shipped as code (needs trust_remote_code)
+
+    def __post_init__(self) -> None:
+        # A family rebuilt from a server's JSON description gets a list; equal families must compare equal.
+        object.__setattr__(self, "matryoshka_dimensions", tuple(self.matryoshka_dimensions))
 
     @property
     def is_cross_encoder(self) -> bool:
@@ -193,6 +206,8 @@ def detect_family(model_dir: str | Path, *, max_length: int | None = None, famil
         )
     if name in ("gte-new", "nomic"):
         return _remote_code_family(name, model_dir, config, pooling, prompts, common)
+    if name == "embeddinggemma":
+        return _embeddinggemma(model_dir, config, modules, prompts, common)
     if name == "bge-m3":
         if missing := [head for head in BGE_M3_HEADS if not (model_dir / head).is_file()]:
             raise ModelNotSupportedError(f"{model_dir} is not a bge-m3 checkpoint: it lacks {', '.join(missing)}.")
@@ -212,6 +227,88 @@ def detect_family(model_dir: str | Path, *, max_length: int | None = None, famil
     )
 
 
+def _embeddinggemma(
+    model_dir: Path,
+    config: dict[str, Any],
+    modules: list[dict[str, Any]],
+    prompts: dict[str, str],
+    common: dict[str, Any],
+) -> ModelFamily:
+    """EmbeddingGemma as sentence-transformers runs it: bidirectional Gemma3, mean pooling (with the prompt), the
+    Dense projection, then matryoshka truncation and normalization."""
+    if common["architecture"] not in _EMBEDDINGGEMMA_ARCHS:
+        raise ModelNotSupportedError(
+            f"{model_dir} is not an EmbeddingGemma checkpoint (architecture {common['architecture'] or 'none'!r})."
+        )
+    if config.get("use_bidirectional_attention") is not True:
+        raise ModelNotSupportedError(
+            f"{model_dir} is a causal Gemma3 model (use_bidirectional_attention is not true); rbln-retrieval runs "
+            "Gemma3 only as EmbeddingGemma's bidirectional encoder."
+        )
+    pooling_dirs = [m.get("path", "") for m in modules if m.get("type", "").endswith("Pooling")] or ["1_Pooling"]
+    pooling_config = _read_json(model_dir / pooling_dirs[0] / "config.json")
+    if isinstance(pooling_config, dict) and pooling_config.get("include_prompt") is False:
+        # vLLM pools every token of the prompt; leaving the prompt's tokens out is not expressible there.
+        raise ModelNotSupportedError(
+            f"{model_dir}'s pooling leaves the prompt out (include_prompt is false), which vLLM cannot do."
+        )
+    pooling = _st_pooling(model_dir, modules)
+    if isinstance(pooling_config, dict) and pooling is None:
+        raise ModelNotSupportedError(
+            f"{model_dir}'s pooling module uses none of the modes rbln-retrieval runs (mean, CLS, last token)."
+        )
+    width = _dense_output_width(model_dir, modules, int(config.get("hidden_size", 0)))
+    declared = config.get("matryoshka_dimensions")
+    sizes = tuple(declared) if declared else tuple(d for d in EMBEDDINGGEMMA_MATRYOSHKA if d <= width)
+    if not all(isinstance(d, int) and 1 <= d <= width for d in sizes):
+        raise ModelNotSupportedError(
+            f"{model_dir} declares matryoshka_dimensions {list(sizes)}, not all within 1..{width}."
+        )
+    overrides = {"matryoshka_dimensions": list(sizes)} if sizes else {"is_matryoshka": True}
+    return ModelFamily(
+        name="embeddinggemma",
+        pooling=pooling or "MEAN",  # sentence-transformers' default without a pooling module
+        normalize=any(m.get("type", "").endswith("Normalize") for m in modules),
+        query_prompt=prompts.get("query", default_query_prompt("embeddinggemma")),
+        document_prompt=prompts.get("document", prompts.get("passage", default_document_prompt("embeddinggemma"))),
+        matryoshka=True,
+        matryoshka_dimensions=sizes,
+        **{**common, "hidden_size": width, "hf_overrides": {**common["hf_overrides"], **overrides}},
+    )
+
+
+# Activations of sentence-transformers' Dense module that vLLM's projector applies (`get_act_fn`).
+_DENSE_ACTIVATIONS = {"torch.nn.modules.linear.Identity", "torch.nn.modules.activation.Tanh"}
+DENSE_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
+
+
+def _dense_output_width(model_dir: Path, modules: list[dict[str, Any]], hidden_size: int) -> int:
+    """The vector width after the sentence-transformers Dense layers, each checked to be one vLLM loads (vLLM
+    skips a Dense layer it cannot read, which would silently change the vectors)."""
+    width = hidden_size
+    for module in modules:
+        if not module.get("type", "").endswith("Dense"):
+            continue
+        folder = module.get("path", "")
+        dense = _read_json(model_dir / folder / "config.json")
+        if not isinstance(dense, dict) or not any((model_dir / folder / name).is_file() for name in DENSE_WEIGHTS):
+            raise ModelNotSupportedError(
+                f"{model_dir}'s Dense module {folder!r} lacks its config.json or its weights "
+                f"({' or '.join(DENSE_WEIGHTS)})."
+            )
+        activation = dense.get("activation_function", "torch.nn.modules.activation.Tanh")
+        if activation not in _DENSE_ACTIVATIONS:
+            raise ModelNotSupportedError(
+                f"{model_dir}'s Dense module {folder!r} uses activation {activation}; only Identity and Tanh run."
+            )
+        if dense.get("in_features") != width:
+            raise ModelNotSupportedError(
+                f"{model_dir}'s Dense module {folder!r} takes {dense.get('in_features')} features, not {width}."
+            )
+        width = int(dense["out_features"])
+    return width
+
+
 def _family_name(arch: str, pooling: Pooling | None, model_dir: Path) -> FamilyName:
     if arch in _CROSS_ENCODER_ARCHS:
         return "cross-encoder"
@@ -221,9 +318,13 @@ def _family_name(arch: str, pooling: Pooling | None, model_dir: Path) -> FamilyN
         return "qwen3-embedding" if pooling is not None else "qwen3-reranker"
     if arch in _REMOTE_CODE_ARCHS:
         return _REMOTE_CODE_ARCHS[arch]
+    if arch in _EMBEDDINGGEMMA_ARCHS:
+        return "embeddinggemma"
     if arch in _BI_ENCODER_ARCHS:
         return "bge-m3" if all((model_dir / head).is_file() for head in BGE_M3_HEADS) else "bi-encoder"
-    supported = sorted(_BI_ENCODER_ARCHS | _CROSS_ENCODER_ARCHS | _QWEN3_ARCHS | set(_REMOTE_CODE_ARCHS))
+    supported = sorted(
+        _BI_ENCODER_ARCHS | _CROSS_ENCODER_ARCHS | _QWEN3_ARCHS | set(_REMOTE_CODE_ARCHS) | _EMBEDDINGGEMMA_ARCHS
+    )
     raise ModelNotSupportedError(
         f"{model_dir} has architecture {arch or 'none'!r}, which rbln-retrieval does not support "
         f"(supported: {', '.join(supported)})."
@@ -297,6 +398,8 @@ def _kv_bytes_per_token(config: dict[str, Any]) -> int:
 def check_weights(model_dir: str | Path, *, allow_pickle: bool) -> None:
     """Refuse pickle-only checkpoints (loading them can run arbitrary code) unless the caller trusts them."""
     model_dir = Path(model_dir)
+    if not allow_pickle:
+        _check_dense_weights(model_dir)
     if allow_pickle or any(model_dir.glob("*.safetensors")):
         return
     pickles = sorted(p.name for p in model_dir.glob("*") if p.suffix in (".bin", ".pt", ".pth", ".ckpt"))
@@ -306,6 +409,19 @@ def check_weights(model_dir: str | Path, *, allow_pickle: bool) -> None:
             "convert them to safetensors or pass allow_pickle=True if you trust the source."
         )
     raise ModelNotSupportedError(f"{model_dir} has no weights (*.safetensors).")
+
+
+def _check_dense_weights(model_dir: Path) -> None:
+    """sentence-transformers Dense layers saved only as pickles are refused like pickle-only model weights."""
+    for module in _sentence_transformers_modules(model_dir):
+        folder = model_dir / module.get("path", "")
+        safetensors, pickle = (folder / name for name in DENSE_WEIGHTS)
+        if module.get("type", "").endswith("Dense") and not safetensors.is_file() and pickle.is_file():
+            raise ModelNotSupportedError(
+                f"{model_dir}'s Dense module {module.get('path')!r} has only pickle weights ({DENSE_WEIGHTS[1]}), "
+                "which can run code when loaded; convert them to safetensors or pass allow_pickle=True if you "
+                "trust the source."
+            )
 
 
 def unreadable_weights(model_dir: str) -> str | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal, cast
 
 Truncate = Literal["end", "start", "error"]
@@ -75,13 +75,20 @@ def check_truncate(truncate: Any) -> Truncate:
     return cast(Truncate, truncate)
 
 
-def check_dimensions(dimensions: int | None, *, hidden_size: int, matryoshka: bool, model: str) -> int | None:
+def check_dimensions(
+    dimensions: int | None, *, hidden_size: int, matryoshka: bool, model: str, sizes: Sequence[int] = ()
+) -> int | None:
+    """``sizes``: the only sizes the model was trained to be truncated to (empty: any up to ``hidden_size``)."""
     if dimensions is None:
         return None
     if isinstance(dimensions, bool) or not isinstance(dimensions, int):
         raise TypeError(f"dimensions is {type(dimensions).__name__}, expected int.")
     if not matryoshka:
         raise ValueError(f"{model} does not support matryoshka dimensions; leave dimensions unset.")
+    if sizes and dimensions not in sizes:
+        raise ValueError(
+            f"dimensions={dimensions} is not one of the sizes {model} was trained for ({', '.join(map(str, sizes))})."
+        )
     if not 1 <= dimensions <= hidden_size:
         raise ValueError(f"dimensions={dimensions} is outside 1..{hidden_size} for {model}.")
     return dimensions

@@ -16,6 +16,11 @@ ScoreMethod = Literal["cosine", "cross-encoder", "qwen3-reranker"]
 
 QWEN3_DEFAULT_TASK = "Given a web search query, retrieve relevant passages that answer the query"
 QWEN3_QUERY_TEMPLATE = "Instruct: {instruction}\nQuery:"
+# EmbeddingGemma's retrieval prompts (its model card and config_sentence_transformers.json); an instruction becomes
+# the query's task.
+EMBEDDINGGEMMA_QUERY_TEMPLATE = "task: {instruction} | query: "
+EMBEDDINGGEMMA_QUERY_PROMPT = EMBEDDINGGEMMA_QUERY_TEMPLATE.format(instruction="search result")
+EMBEDDINGGEMMA_DOCUMENT_PROMPT = "title: none | text: "
 QWEN3_RERANKER_PREFIX = (
     "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct "
     'provided. Note that the answer can only be "yes" or "no".<|im_end|>\n<|im_start|>user\n'
@@ -34,7 +39,7 @@ def _check_instruction(instruction: object) -> None:
 
 def embed_prefix(family: ModelFamily, model: str, kind: str, instruction: str | None) -> str:
     """The text placed before each text of ``kind``; ``instruction`` overrides the model's own prompt (for
-    Qwen3-Embedding queries it is the task put into the ``Instruct: ...\\nQuery:`` template)."""
+    Qwen3-Embedding and EmbeddingGemma queries it is the task put into the family's query template)."""
     if family.is_cross_encoder:
         raise ValueError(f"{model} is a reranker ({family.name}); it scores pairs and cannot embed.")
     if kind not in ("document", "query"):
@@ -46,6 +51,8 @@ def embed_prefix(family: ModelFamily, model: str, kind: str, instruction: str | 
         return family.query_prompt
     if family.name == "qwen3-embedding":
         return QWEN3_QUERY_TEMPLATE.format(instruction=instruction)
+    if family.name == "embeddinggemma":
+        return EMBEDDINGGEMMA_QUERY_TEMPLATE.format(instruction=instruction)
     return instruction
 
 
@@ -78,12 +85,14 @@ def default_query_prompt(family_name: str) -> str:
     """A family's query prompt when the model directory declares none."""
     if family_name == "nomic":
         return NOMIC_QUERY_PREFIX
+    if family_name == "embeddinggemma":
+        return EMBEDDINGGEMMA_QUERY_PROMPT
     return QWEN3_QUERY_TEMPLATE.format(instruction=QWEN3_DEFAULT_TASK) if family_name == "qwen3-embedding" else ""
 
 
 def default_document_prompt(family_name: str) -> str:
     """A family's document prompt when the model directory declares none."""
-    return NOMIC_DOCUMENT_PREFIX if family_name == "nomic" else ""
+    return {"nomic": NOMIC_DOCUMENT_PREFIX, "embeddinggemma": EMBEDDINGGEMMA_DOCUMENT_PROMPT}.get(family_name, "")
 
 
 def default_instruction(family_name: str) -> str | None:

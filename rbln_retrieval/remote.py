@@ -156,7 +156,7 @@ class RemoteEngine:
             default_instruction=default_instruction(wanted or ""),
             query_prompt=default_query_prompt(wanted or ""),
             document_prompt=default_document_prompt(wanted or ""),
-            matryoshka=wanted in ("qwen3-embedding", "nomic"),
+            matryoshka=wanted in ("qwen3-embedding", "nomic", "embeddinggemma"),
         )
 
     def __repr__(self) -> str:  # never shows the API key
@@ -338,7 +338,13 @@ class RemoteEngine:
             return {outputs[0]: await self._embed(texts, kind, instruction, dimensions, normalize, truncate, what)}
         prefix = embed_prefix(family, self.model, kind, instruction)
         if family.hidden_size:
-            check_dimensions(dimensions, hidden_size=family.hidden_size, matryoshka=family.matryoshka, model=self.model)
+            check_dimensions(
+                dimensions,
+                hidden_size=family.hidden_size,
+                matryoshka=family.matryoshka,
+                model=self.model,
+                sizes=family.matryoshka_dimensions,
+            )
         payload: dict[str, Any] = {"use_activation": normalize, **self._truncation(family, truncate)}
         if dimensions is not None:
             payload["dimensions"] = dimensions

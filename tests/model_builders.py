@@ -404,6 +404,83 @@ def build_nomic(path: str | Path, *, seed: int = 0, prompts: dict[str, str] | No
         }
     save_file(_random_weights(shapes), str(path / "model.safetensors"), metadata={"format": "pt"})
     sentence_transformers_files(path, "mean", normalize=True, prompts=prompts)
+
+
+# google/embeddinggemma-300m's config_sentence_transformers.json prompts (a subset of its task prompts).
+EMBEDDINGGEMMA_PROMPTS = {
+    "query": "task: search result | query: ",
+    "document": "title: none | text: ",
+    "Retrieval-query": "task: search result | query: ",
+    "Retrieval-document": "title: none | text: ",
+    "Classification": "task: classification | query: ",
+    "Clustering": "task: clustering | query: ",
+    "STS": "task: sentence similarity | query: ",
+}
+EMBEDDINGGEMMA_SLIDING_WINDOW = 16  # as written to config.json; the test texts run far past it
+
+
+def build_embeddinggemma(path: str | Path, *, seed: int = 0, prompts: dict[str, str] | None = None) -> Path:
+    """A Gemma3TextModel laid out like google/embeddinggemma-300m: bidirectional attention, sliding-window and full
+    layers mixed, and the sentence-transformers pipeline Transformer -> mean Pooling -> Dense (no bias, Identity)
+    up 4x -> Dense back down -> Normalize, each Dense saved as sentence-transformers writes it (config.json and
+    model.safetensors holding ``linear.weight``), with the model's prompts and its matryoshka sizes."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import Gemma3TextConfig, Gemma3TextModel
+
+    path = Path(path)
+    _seeded(seed)
+    tokenizer = save_tokenizer(path, drop_token_type_ids=True)
+    config = Gemma3TextConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=HIDDEN,
+        intermediate_size=2 * HIDDEN,
+        num_hidden_layers=4,
+        num_attention_heads=HEADS,
+        num_key_value_heads=1,
+        head_dim=HIDDEN // HEADS,
+        query_pre_attn_scalar=HIDDEN // HEADS,
+        max_position_embeddings=MAX_POSITIONS,
+        sliding_window=EMBEDDINGGEMMA_SLIDING_WINDOW,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+        use_bidirectional_attention=True,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.cls_token_id,
+        eos_token_id=tokenizer.sep_token_id,
+        architectures=["Gemma3TextModel"],
+    )
+    config.matryoshka_dimensions = [HIDDEN, HIDDEN // 2, HIDDEN // 4, HIDDEN // 8]
+    model = Gemma3TextModel(config)
+    with torch.no_grad():  # GemmaRMSNorm scales by (1 + weight): random weights make the offset matter
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.normal_(0.0, 0.3)
+    model.save_pretrained(str(path))
+    sentence_transformers_files(path, "mean", normalize=True, prompts=prompts or EMBEDDINGGEMMA_PROMPTS)
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"},
+        {"idx": 3, "name": "3", "path": "3_Dense", "type": "sentence_transformers.models.Dense"},
+        {"idx": 4, "name": "4", "path": "4_Normalize", "type": "sentence_transformers.models.Normalize"},
+    ]
+    _write_json(path / "modules.json", modules)
+    (path / "2_Normalize").rmdir()
+    (path / "4_Normalize").mkdir()
+    pooling = json.loads((path / "1_Pooling" / "config.json").read_text(encoding="utf-8"))
+    _write_json(path / "1_Pooling" / "config.json", {**pooling, "include_prompt": True})
+    for folder, (n_in, n_out) in {"2_Dense": (HIDDEN, 4 * HIDDEN), "3_Dense": (4 * HIDDEN, HIDDEN)}.items():
+        _write_json(
+            path / folder / "config.json",
+            {
+                "in_features": n_in,
+                "out_features": n_out,
+                "bias": False,
+                "activation_function": "torch.nn.modules.linear.Identity",
+            },
+        )
+        weight = torch.nn.Linear(n_in, n_out, bias=False).weight.detach().contiguous()
+        save_file({"linear.weight": weight}, str(path / folder / "model.safetensors"))
     return path
 
 
@@ -420,6 +497,7 @@ BUILDERS: dict[str, Callable[[Path], Path]] = {
     "modernbert-cross-encoder": build_modernbert_cross_encoder,
     "gte-new": build_gte_new,
     "nomic": build_nomic,
+    "embeddinggemma": build_embeddinggemma,
 }
 
 

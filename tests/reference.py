@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import math
 from functools import cache
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from safetensors.torch import load_file
 from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
 QWEN3_RERANKER_PREFIX = (
@@ -235,3 +237,34 @@ def rope_encoder(path: str):
         return SimpleNamespace(last_hidden_state=x[None])
 
     return forward
+
+
+@cache
+def _dense_layers(path: str) -> list[torch.Tensor]:
+    """The weights of the sentence-transformers Dense modules, in pipeline order (bias-free, Identity activation,
+    as EmbeddingGemma's)."""
+    modules = json.loads(Path(path, "modules.json").read_text(encoding="utf-8"))
+    folders = [m["path"] for m in modules if m["type"].endswith("Dense")]
+    return [load_file(str(Path(path, folder, "model.safetensors")))["linear.weight"] for folder in folders]
+
+
+@torch.no_grad()
+def embeddinggemma(
+    path: str, texts: list[str], *, prefix: str, max_length: int, dimensions: int | None = None
+) -> np.ndarray:
+    """google/embeddinggemma-300m's sentence-transformers recipe, one text at a time: the prompt prepended, the
+    bidirectional Gemma3 forward, the mean over every token (prompt included), each Dense layer, matryoshka
+    truncation, then normalization."""
+    tokenizer, model = _load("base", path)
+    assert model.config.use_bidirectional_attention
+    rows = []
+    for text in texts:
+        enc = tokenizer(prefix + text, truncation=True, max_length=max_length, return_tensors="pt")
+        enc.pop("token_type_ids", None)
+        vec = model(**enc).last_hidden_state[0].mean(0)
+        for weight in _dense_layers(path):
+            vec = weight @ vec
+        if dimensions is not None:
+            vec = vec[:dimensions]
+        rows.append(torch.nn.functional.normalize(vec, dim=0).numpy())
+    return np.stack(rows)

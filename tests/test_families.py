@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import shutil
 
 import numpy as np
 import pytest
 import reference
+import torch
 from corpus import mixed_length
-from model_builders import build_modernbert, build_nomic
+from model_builders import build_embeddinggemma, build_modernbert, build_nomic
 
 from rbln_retrieval import ModelNotSupportedError, PoolingEngine, detect_family
+from rbln_retrieval.families import check_weights
 from rbln_retrieval.prompts import QWEN3_DEFAULT_TASK
 
 TEXTS = mixed_length(40)
@@ -228,3 +232,145 @@ def test_nomic_matryoshka_truncates_then_normalizes_as_vllm_does(nomic):
     assert np.abs(raw - unnormalized).max() <= 1e-4 * np.abs(unnormalized).max()
     with pytest.raises(ValueError, match="dimensions"):
         engine.embed(["a"], dimensions=65)
+
+
+# -- EmbeddingGemma ----------------------------------------------------------------------------------------------
+
+
+def _edit_json(path, **changes) -> None:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    path.write_text(json.dumps({**data, **changes}), encoding="utf-8")
+
+
+def test_embeddinggemma_is_detected_with_its_prompts_pooling_and_sizes(tiny_models, tmp_path):
+    family = detect_family(tiny_models["embeddinggemma"])
+    assert (family.name, family.pooling, family.normalize) == ("embeddinggemma", "MEAN", True)
+    assert family.query_prompt == "task: search result | query: "
+    assert family.document_prompt == "title: none | text: "
+    assert family.hidden_size == 64 and family.matryoshka_dimensions == (64, 32, 16, 8)
+    # The model's own prompts win over the published ones, which apply only when it declares none.
+    own = build_embeddinggemma(tmp_path / "own", prompts={"query": "Q: ", "document": "D: "})
+    assert (detect_family(own).query_prompt, detect_family(own).document_prompt) == ("Q: ", "D: ")
+    with pytest.raises(
+        ModelNotSupportedError, match=r"is not an EmbeddingGemma checkpoint \(architecture 'BertModel'\)"
+    ):
+        detect_family(tiny_models["bert-cls"], family="embeddinggemma")
+    _edit_json(own / "config_sentence_transformers.json", prompts={})
+    assert detect_family(own).query_prompt == "task: search result | query: "
+    assert detect_family(own).document_prompt == "title: none | text: "
+
+
+def test_embeddinggemma_width_and_sizes_as_the_real_checkpoint_declares_them(tiny_models, tmp_path):
+    """google/embeddinggemma-300m: hidden 768, Dense 768 -> 3072 -> 768, no matryoshka sizes in config.json (the
+    model card's 768/512/256/128 apply); an output width of its own comes from the last Dense layer."""
+    model = tmp_path / "real-layout"
+    shutil.copytree(tiny_models["embeddinggemma"], model)
+    config = json.loads((model / "config.json").read_text(encoding="utf-8"))
+    del config["matryoshka_dimensions"]
+    (model / "config.json").write_text(json.dumps({**config, "hidden_size": 768}), encoding="utf-8")
+    _edit_json(model / "2_Dense" / "config.json", in_features=768, out_features=3072)
+    _edit_json(model / "3_Dense" / "config.json", in_features=3072, out_features=768)
+    family = detect_family(model)
+    assert family.hidden_size == 768 and family.matryoshka_dimensions == (768, 512, 256, 128)
+    assert family.hf_overrides["matryoshka_dimensions"] == [768, 512, 256, 128]
+    _edit_json(model / "3_Dense" / "config.json", out_features=256)
+    assert detect_family(model).hidden_size == 256 and detect_family(model).matryoshka_dimensions == (256, 128)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda m: _edit_json(m / "config.json", use_bidirectional_attention=False), "is a causal Gemma3 model"),
+        (lambda m: _edit_json(m / "1_Pooling" / "config.json", include_prompt=False), "leaves the prompt out"),
+        (
+            lambda m: _edit_json(
+                m / "1_Pooling" / "config.json", pooling_mode_mean_tokens=False, pooling_mode_max_tokens=True
+            ),
+            "uses none of the modes",
+        ),
+        (lambda m: (m / "3_Dense" / "model.safetensors").unlink(), "'3_Dense' lacks its config.json or its weights"),
+        (
+            lambda m: _edit_json(m / "2_Dense" / "config.json", activation_function="torch.nn.modules.activation.ELU"),
+            "'2_Dense' uses activation torch.nn.modules.activation.ELU",
+        ),
+        (lambda m: _edit_json(m / "3_Dense" / "config.json", in_features=128), "'3_Dense' takes 128 features, not 256"),
+        (lambda m: _edit_json(m / "config.json", matryoshka_dimensions=[64, 100]), r"not all within 1\.\.64"),
+    ],
+    ids=[
+        "causal",
+        "prompt-excluded",
+        "max-pooling",
+        "dense-without-weights",
+        "dense-activation",
+        "dense-shapes",
+        "sizes",
+    ],
+)
+def test_embeddinggemma_what_it_cannot_run_is_refused_in_one_sentence(tiny_models, tmp_path, edit, message):
+    model = tmp_path / "model"
+    shutil.copytree(tiny_models["embeddinggemma"], model)
+    edit(model)
+    with pytest.raises(ModelNotSupportedError, match=message) as caught:
+        detect_family(model)
+    assert str(caught.value).count(". ") == 0 and str(caught.value).endswith(".")
+
+
+def test_embeddinggemma_pickle_dense_weights_need_allow_pickle(tiny_models, tmp_path):
+    from safetensors.torch import load_file
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_models["embeddinggemma"], model)
+    weights = model / "2_Dense" / "model.safetensors"
+    torch.save(load_file(weights), model / "2_Dense" / "pytorch_model.bin")
+    weights.unlink()
+    assert detect_family(model).hidden_size == 64
+    with pytest.raises(ModelNotSupportedError, match="'2_Dense' has only pickle weights"):
+        check_weights(model, allow_pickle=False)
+    check_weights(model, allow_pickle=True)
+
+
+@pytest.fixture(scope="module")
+def embeddinggemma(tiny_models):
+    engine = _engine(tiny_models["embeddinggemma"])
+    yield tiny_models["embeddinggemma"], engine
+    engine.close()
+
+
+def test_embeddinggemma_queries_and_documents_carry_their_prompts(embeddinggemma):
+    path, engine = embeddinggemma
+    recipe = functools.partial(reference.embeddinggemma, str(path), max_length=512)
+    docs = engine.embed(TEXTS)
+    assert np.abs(docs - recipe(TEXTS, prefix="title: none | text: ")).max() <= 1e-4
+    queries = engine.embed([QUERY, TEXTS[3]], kind="query")
+    assert np.abs(queries - recipe([QUERY, TEXTS[3]], prefix="task: search result | query: ")).max() <= 1e-4
+    assert np.abs(queries[1] - docs[3]).max() > 1e-3, "a query must differ from the same text as document"
+    task = engine.embed([QUERY], kind="query", instruction="code retrieval")
+    assert np.abs(task - recipe([QUERY], prefix="task: code retrieval | query: ")).max() <= 1e-4
+    scores = engine.score(QUERY, TEXTS[:5])
+    assert scores == pytest.approx(list(docs[:5] @ queries[0]), abs=1e-5)
+
+
+def test_embeddinggemma_matryoshka_truncates_after_the_dense_projection(embeddinggemma):
+    """sentence-transformers' order: Dense layers, then truncation, then normalization."""
+    path, engine = embeddinggemma
+    for size in (32, 16, 8):
+        small = engine.embed(TEXTS[:8], dimensions=size)
+        expected = reference.embeddinggemma(
+            str(path), TEXTS[:8], prefix="title: none | text: ", max_length=512, dimensions=size
+        )
+        assert small.shape == (8, size) and np.abs(small - expected).max() <= 1e-4
+        np.testing.assert_allclose(np.linalg.norm(small, axis=1), 1.0, atol=1e-5)
+    query = engine.embed([QUERY], kind="query", dimensions=16)
+    expected = reference.embeddinggemma(
+        str(path), [QUERY], prefix="task: search result | query: ", max_length=512, dimensions=16
+    )
+    assert np.abs(query - expected).max() <= 1e-4
+    with pytest.raises(
+        ValueError, match=r"^dimensions=48 is not one of the sizes .* was trained for \(64, 32, 16, 8\)\.$"
+    ):
+        engine.embed(["a"], dimensions=48)
+    for bad in (0, 65):
+        with pytest.raises(ValueError, match=f"dimensions={bad} is not one of the sizes"):
+            engine.embed(["a"], dimensions=bad)
+    with pytest.raises(TypeError, match="dimensions is float"):
+        engine.embed(["a"], dimensions=16.0)

@@ -3,6 +3,7 @@ strict_shapes: every graph at a declared bucket, nothing compiled after warmup, 
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 from pathlib import Path
@@ -29,6 +30,8 @@ def _outputs(engine):
         "queries": engine.embed([QUERY, TEXTS[3]], kind="query"),
         "scores": np.array(engine.score(QUERY, TEXTS[:9])),
     }
+    if family.matryoshka_dimensions:  # truncated after the graph's projection, normalized after truncation
+        outputs["smallest"] = engine.embed(TEXTS, dimensions=family.matryoshka_dimensions[-1])
     if family.name == "bge-m3":  # token-level outputs: pooled by vLLM's pooler from the bundled graph's rows
         outputs["sparse"] = engine.embed(TEXTS, output="sparse")
         outputs["multi_vector"] = engine.embed(TEXTS, output="multi_vector")
@@ -58,10 +61,16 @@ def _reference(path, family):
                 )
             )
         }
-    kw = dict(pooling=family.pooling, max_length=length, normalize=family.normalize)
-    documents = reference.embed(str(path), TEXTS, prefix=family.document_prompt, **kw)
-    queries = reference.embed(str(path), [QUERY, TEXTS[3]], prefix=family.query_prompt, **kw)
+    if family.name == "embeddinggemma":
+        embed = functools.partial(reference.embeddinggemma, str(path), max_length=length)
+    else:
+        kw = dict(pooling=family.pooling, max_length=length, normalize=family.normalize)
+        embed = functools.partial(reference.embed, str(path), **kw)
+    documents = embed(TEXTS, prefix=family.document_prompt)
+    queries = embed([QUERY, TEXTS[3]], prefix=family.query_prompt)
     expected = {"documents": documents, "queries": queries, "scores": documents[:9] @ queries[0]}
+    if family.matryoshka_dimensions:
+        expected["smallest"] = embed(TEXTS, prefix=family.document_prompt, dimensions=family.matryoshka_dimensions[-1])
     if family.name == "bge-m3":
         _, expected["sparse"], expected["multi_vector"] = reference.bge_m3(str(path), TEXTS, max_length=length)
     return expected
@@ -79,9 +88,11 @@ def test_bundled_equals_stock_equals_reference(pair):
     assert stats["useful_tokens"] < stats["computed_tokens"] <= stats["steps"] * stats["buckets"][-1]
     family = bundled.family.name
     assert stats["pooling_in_graph"] == ["classify" if family in ("cross-encoder", "qwen3-reranker") else "embed"]
-    # Host kernels write BERT and ModernBERT blocks' activations and residual adds in place; Qwen3 and the rope
-    # encoders (vLLM's bert_with_rope) have none.
-    assert (stats["in_place_blocks"] > 0) == (not family.startswith("qwen3") and family not in ("gte-new", "nomic"))
+    # Host kernels write BERT and ModernBERT blocks' activations and residual adds in place; Qwen3, Gemma3 and the
+    # rope encoders (vLLM's bert_with_rope) have none.
+    assert (stats["in_place_blocks"] > 0) == (
+        not family.startswith("qwen3") and family not in ("gte-new", "nomic", "embeddinggemma")
+    )
     assert stock.stats() == {"runner": "stock", "model": {"path": str(Path(path).resolve())}}
     assert stats["model"] == stock.stats()["model"]
 
@@ -152,7 +163,7 @@ def _mixed_calls(engine, rng: random.Random) -> None:
         assert len(engine.score(texts(1)[0], texts(n))) == n
 
 
-STRICT = ["all-MiniLM-L6-v2", "bert-cross-encoder", "qwen3-embedding", "qwen3-reranker", "bert-cls"]
+STRICT = ["all-MiniLM-L6-v2", "bert-cross-encoder", "qwen3-embedding", "qwen3-reranker", "bert-cls", "embeddinggemma"]
 
 
 @pytest.mark.parametrize("pair", STRICT, indirect=True)

@@ -36,7 +36,7 @@ class RBLNEmbeddings(RBLNEngineModel, Embeddings):
         query_instruction / document_instruction: str | None
             None keeps the model family's own prompt; see the fields' documentation.
         dimensions: int | None
-            Matryoshka size (Qwen3-Embedding); None keeps the full vector.
+            Matryoshka size (Qwen3-Embedding, EmbeddingGemma); None keeps the full vector.
         base_url / api_key / timeout:
             Remote mode: talk to an `rbln-retrieval serve` server instead of running the model here.
 
@@ -70,13 +70,14 @@ class RBLNEmbeddings(RBLNEngineModel, Embeddings):
     """Return unit-length vectors (cosine similarity equals dot product)."""
 
     dimensions: int | None = Field(default=None, ge=1)
-    """Matryoshka output size for models that support it (Qwen3-Embedding); None keeps the model's full size."""
+    """Matryoshka output size for models that support it (Qwen3-Embedding, EmbeddingGemma at its trained sizes); None
+    keeps the model's full size."""
 
     query_instruction: str | None = None
     """None applies the model family's own query prompt (Qwen3-Embedding: `Instruct: <default task>\\nQuery:`;
     bi-encoders: the `query` prompt of config_sentence_transformers.json, if any). A string replaces it: for
-    Qwen3-Embedding it is the task description put into the `Instruct: ...\\nQuery:` template, for other models
-    the literal text placed before each query."""
+    Qwen3-Embedding it is the task description put into the `Instruct: ...\\nQuery:` template, for EmbeddingGemma the
+    task in `task: ... | query: `, for other models the literal text placed before each query."""
 
     document_instruction: str | None = None
     """None applies the model's own document prompt (usually none); a string is placed before each document."""
@@ -88,7 +89,11 @@ class RBLNEmbeddings(RBLNEngineModel, Embeddings):
         if family.is_cross_encoder:
             raise ValueError(f"{self.model} is a reranker ({family.name}) and cannot embed; use RBLNReranker for it.")
         check_dimensions(
-            self.dimensions, hidden_size=family.hidden_size, matryoshka=family.matryoshka, model=self.model
+            self.dimensions,
+            hidden_size=family.hidden_size,
+            matryoshka=family.matryoshka,
+            model=self.model,
+            sizes=family.matryoshka_dimensions,
         )
 
     @property

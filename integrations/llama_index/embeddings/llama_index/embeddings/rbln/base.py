@@ -20,10 +20,11 @@ DEFAULT_RBLN_EMBED_BATCH_SIZE = 1024
 class RBLNEmbedding(EngineSettings, BaseEmbedding):
     """Embeddings from a local model directory, served by rbln-retrieval's pooling engine.
 
-    Every model family rbln-retrieval supports works (BERT/RoBERTa/XLM-R bi-encoders, Qwen3-Embedding); pooling,
-    normalization and prompts come from the model directory. Objects with the same model and engine options share
-    one engine (``close()`` or a ``with`` block releases this object's claim; the engine closes with its last
-    holder or at exit). With ``base_url`` the vectors come from an ``rbln-retrieval serve`` server instead. Objects
+    Every model family rbln-retrieval supports works (BERT/RoBERTa/XLM-R bi-encoders, Qwen3-Embedding,
+    EmbeddingGemma); pooling, normalization and prompts come from the model directory. Objects with the same model
+    and engine options share one engine (``close()`` or a ``with`` block releases this object's claim; the engine
+    closes with its last holder or at exit). With ``base_url`` the vectors come from an ``rbln-retrieval serve``
+    server instead. Objects
     pickle (IngestionPipeline workers): an unpickled copy joins the shared engine of its process on first use.
 
     Examples:
