@@ -305,7 +305,7 @@ class PoolingEngine:
         output: Any,
         what: str = "texts",
     ) -> Any:
-        if isinstance(output, str) and output == "dense":
+        if isinstance(output, str) and output == "dense" and not self.family.late_interaction_only:
             return await self._embed(texts, kind, instruction, dimensions, normalize, show_progress, truncate, what)
         prefix = embed_prefix(self.family, self.model, kind, instruction)
         outputs = check_outputs(output, family=self.family.name, model=self.model)
@@ -365,13 +365,15 @@ class PoolingEngine:
         method = score_method(self.family, self.model, instruction)
         if output not in ("dense", "multi_vector"):
             raise ValueError(f"score takes output='dense' or 'multi_vector', not {output!r}.")
-        if output == "multi_vector":
-            check_outputs(output, family=self.family.name, model=self.model)
-            docs = await self._embed_any(documents, "document", None, None, True, False, truncate, output, "documents")
+        if output == "multi_vector" or self.family.late_interaction_only:
+            check_outputs("multi_vector", family=self.family.name, model=self.model)
+            docs = await self._embed_any(
+                documents, "document", None, None, True, False, truncate, "multi_vector", "documents"
+            )
             if not docs:
                 return []
-            (q,) = await self._embed_any([query], "query", instruction, None, True, False, truncate, output)
-            return [maxsim(q, d) for d in docs]
+            (q,) = await self._embed_any([query], "query", instruction, None, True, False, truncate, "multi_vector")
+            return [maxsim(q, d, family=self.family.name) for d in docs]
         if method == "cosine":
             docs = await self._embed(documents, "document", None, None, True, False, truncate, what="documents")
             if len(docs) == 0:
