@@ -213,7 +213,8 @@ class PoolingEngine:
         object's default) decides what happens to texts over ``max_length``: "end" keeps the start, "start" keeps
         the end and the prompt, "error" raises naming the index. ``output`` (bge-m3): "sparse" gives one
         {token_id: weight} dict per text, "multi_vector" one float32 (tokens, d) array per text; a list of outputs
-        gives {output: result} (dense and sparse from one forward; see rbln_retrieval.outputs)."""
+        gives {output: result} (dense and sparse from one forward; see rbln_retrieval.outputs). ColBERT checkpoints
+        give "multi_vector" only."""
         return self._loop.run(
             self._embed_any(
                 texts, kind, instruction, dimensions, normalize, show_progress, self._truncate(truncate), output
@@ -230,7 +231,8 @@ class PoolingEngine:
         output: Literal["dense", "multi_vector"] = "dense",
     ) -> list[float]:
         """Relevance of each document to ``query``: P(relevant) for rerankers, cosine for bi-encoders; with
-        ``output="multi_vector"`` (bge-m3) late interaction, MaxSim over the multi-vectors."""
+        ``output="multi_vector"`` (bge-m3) late interaction, MaxSim over the multi-vectors. ColBERT checkpoints
+        score by MaxSim whatever ``output`` says (token vectors are all they give)."""
         return self._loop.run(self._score(query, documents, instruction, self._truncate(truncate), output))
 
     def rerank(
