@@ -233,7 +233,8 @@ def _colbert_dim(model_dir: Path, config: dict[str, Any]) -> int:
         except (SafetensorError, OSError):
             continue  # unreadable files are named by check_weights/unreadable_weights at engine start
     raise ModelNotSupportedError(
-        f"{model_dir} is an HF_ColBERT checkpoint without its projection: no {_COLBERT_PROJECTION!r} in its safetensors."
+        f"{model_dir} is an HF_ColBERT checkpoint without its projection: "
+        f"no {_COLBERT_PROJECTION!r} in its safetensors."
     )
 
 

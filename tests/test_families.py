@@ -148,12 +148,14 @@ def test_colbert_checkpoints_vllm_cannot_run_as_colbert_are_refused_at_detection
     weights = load_file(headless / "model.safetensors")
     del weights["linear.weight"]
     save_file(weights, headless / "model.safetensors")
-    with pytest.raises(ModelNotSupportedError, match="HF_ColBERT checkpoint without its projection: no 'linear.weight'"):
+    with pytest.raises(
+        ModelNotSupportedError, match=r"HF_ColBERT checkpoint without its projection: no 'linear\.weight'"
+    ):
         detect_family(headless)
     pylate = tmp_path / "pylate"
     shutil.copytree(tiny_models["bert-cls"], pylate)
     (pylate / "config_sentence_transformers.json").write_text(
         json.dumps({"query_prefix": "[Q] ", "document_prefix": "[D] ", "prompts": {}}), encoding="utf-8"
     )
-    with pytest.raises(ModelNotSupportedError, match="is a PyLate ColBERT checkpoint .* does not support"):
+    with pytest.raises(ModelNotSupportedError, match=r"is a PyLate ColBERT checkpoint .* does not support"):
         detect_family(pylate)
