@@ -214,7 +214,8 @@ class PoolingEngine:
         object's default) decides what happens to texts over ``max_length``: "end" keeps the start, "start" keeps
         the end and the prompt, "error" raises naming the index. ``output`` (bge-m3): "sparse" gives one
         {token_id: weight} dict per text, "multi_vector" one float32 (tokens, d) array per text; a list of outputs
-        gives {output: result} (dense and sparse from one forward; see rbln_retrieval.outputs)."""
+        gives {output: result} (dense and sparse from one forward; see rbln_retrieval.outputs). ColBERT checkpoints
+        give "multi_vector" only."""
         return self._loop.run(
             self._embed_any(
                 texts, kind, instruction, dimensions, normalize, show_progress, self._truncate(truncate), output
@@ -231,7 +232,8 @@ class PoolingEngine:
         output: Literal["dense", "multi_vector"] = "dense",
     ) -> list[float]:
         """Relevance of each document to ``query``: P(relevant) for rerankers, cosine for bi-encoders; with
-        ``output="multi_vector"`` (bge-m3) late interaction, MaxSim over the multi-vectors."""
+        ``output="multi_vector"`` (bge-m3) late interaction, MaxSim over the multi-vectors. ColBERT checkpoints
+        score by MaxSim whatever ``output`` says (token vectors are all they give)."""
         return self._loop.run(self._score(query, documents, instruction, self._truncate(truncate), output))
 
     def rerank(
@@ -306,7 +308,7 @@ class PoolingEngine:
         output: Any,
         what: str = "texts",
     ) -> Any:
-        if isinstance(output, str) and output == "dense":
+        if isinstance(output, str) and output == "dense" and not self.family.late_interaction_only:
             return await self._embed(texts, kind, instruction, dimensions, normalize, show_progress, truncate, what)
         prefix = embed_prefix(self.family, self.model, kind, instruction)
         outputs = check_outputs(output, family=self.family.name, model=self.model)
@@ -370,13 +372,15 @@ class PoolingEngine:
         method = score_method(self.family, self.model, instruction)
         if output not in ("dense", "multi_vector"):
             raise ValueError(f"score takes output='dense' or 'multi_vector', not {output!r}.")
-        if output == "multi_vector":
-            check_outputs(output, family=self.family.name, model=self.model)
-            docs = await self._embed_any(documents, "document", None, None, True, False, truncate, output, "documents")
+        if output == "multi_vector" or self.family.late_interaction_only:
+            check_outputs("multi_vector", family=self.family.name, model=self.model)
+            docs = await self._embed_any(
+                documents, "document", None, None, True, False, truncate, "multi_vector", "documents"
+            )
             if not docs:
                 return []
-            (q,) = await self._embed_any([query], "query", instruction, None, True, False, truncate, output)
-            return [maxsim(q, d) for d in docs]
+            (q,) = await self._embed_any([query], "query", instruction, None, True, False, truncate, "multi_vector")
+            return [maxsim(q, d, family=self.family.name) for d in docs]
         if method == "cosine":
             docs = await self._embed(documents, "document", None, None, True, False, truncate, what="documents")
             if len(docs) == 0:

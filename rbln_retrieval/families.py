@@ -20,7 +20,15 @@ logger = logging.getLogger(__name__)
 
 Pooling = Literal["MEAN", "CLS", "LAST"]
 FamilyName = Literal[
-    "qwen3-embedding", "qwen3-reranker", "bi-encoder", "cross-encoder", "bge-m3", "gte-new", "nomic", "embeddinggemma"
+    "qwen3-embedding",
+    "qwen3-reranker",
+    "bi-encoder",
+    "cross-encoder",
+    "bge-m3",
+    "gte-new",
+    "nomic",
+    "embeddinggemma",
+    "colbert",
 ]
 
 # vLLM turns the causal LM's vocabulary head into one row, logit(yes) - logit(no); sigmoid of it is P(yes).
@@ -61,6 +69,11 @@ _EMBEDDINGGEMMA_ARCHS = {"Gemma3TextModel"}
 # The sizes google/embeddinggemma-300m was trained to be truncated to (its model card), for checkpoints that
 # declare none in config.json's ``matryoshka_dimensions`` (the key vLLM reads).
 EMBEDDINGGEMMA_MATRYOSHKA = (768, 512, 256, 128)
+# colbert-ir/colbertv2.0's layout: a BERT under "bert." and a bias-free projection "linear" in one safetensors file;
+# vLLM runs it as ColBERTModel, whose only output is the normalized projection of every token (pooling task
+# "token_embed"). PyLate checkpoints (a sentence-transformers Dense module, [Q]/[D] prefixes) are not among them.
+_COLBERT_ARCHS = {"HF_ColBERT"}
+_COLBERT_PROJECTION = "linear.weight"
 
 
 @dataclass(frozen=True)
@@ -94,6 +107,11 @@ class ModelFamily:
     @property
     def pooling_task(self) -> Literal["embed", "classify"]:
         return "classify" if self.is_cross_encoder else "embed"
+
+    @property
+    def late_interaction_only(self) -> bool:
+        """Token vectors are this family's only output: it scores by MaxSim and has no pooled vector."""
+        return self.name == "colbert"
 
 
 def _read_json(path: Path) -> dict[str, Any] | list[Any] | None:
@@ -208,6 +226,12 @@ def detect_family(model_dir: str | Path, *, max_length: int | None = None, famil
         return _remote_code_family(name, model_dir, config, pooling, prompts, common)
     if name == "embeddinggemma":
         return _embeddinggemma(model_dir, config, modules, prompts, common)
+    if name == "colbert":
+        return ModelFamily(
+            name="colbert",
+            uses_token_type_ids=config.get("type_vocab_size", 0) > 1,
+            **{**common, "hidden_size": _colbert_dim(model_dir, config)},
+        )
     if name == "bge-m3":
         if missing := [head for head in BGE_M3_HEADS if not (model_dir / head).is_file()]:
             raise ModelNotSupportedError(f"{model_dir} is not a bge-m3 checkpoint: it lacks {', '.join(missing)}.")
@@ -309,7 +333,40 @@ def _dense_output_width(model_dir: Path, modules: list[dict[str, Any]], hidden_s
     return width
 
 
+def _colbert_dim(model_dir: Path, config: dict[str, Any]) -> int:
+    """Width of the token vectors: the config's, where it names one (as vLLM reads it), else the projection's rows."""
+    if dim := config.get("colbert_dim") or config.get("dim") or config.get("projection_dim"):
+        return int(dim)
+    from safetensors import SafetensorError, safe_open
+
+    for path in sorted(model_dir.glob("*.safetensors")):
+        try:
+            with safe_open(path, framework="numpy") as weights:
+                if _COLBERT_PROJECTION in weights.keys():  # noqa: SIM118 - safe_open is not a mapping
+                    return int(weights.get_slice(_COLBERT_PROJECTION).get_shape()[0])
+        except (SafetensorError, OSError):
+            continue  # unreadable files are named by check_weights/unreadable_weights at engine start
+    raise ModelNotSupportedError(
+        f"{model_dir} is an HF_ColBERT checkpoint without its projection: "
+        f"no {_COLBERT_PROJECTION!r} in its safetensors."
+    )
+
+
+def _is_pylate(model_dir: Path, modules: list[dict[str, Any]]) -> bool:
+    st_config = _read_json(model_dir / "config_sentence_transformers.json")
+    prefixes = isinstance(st_config, dict) and ("query_prefix" in st_config or "document_prefix" in st_config)
+    return prefixes or any(m.get("type", "").startswith("pylate.") for m in modules)
+
+
 def _family_name(arch: str, pooling: Pooling | None, model_dir: Path) -> FamilyName:
+    if arch in _COLBERT_ARCHS:
+        return "colbert"
+    if _is_pylate(model_dir, _sentence_transformers_modules(model_dir)):
+        raise ModelNotSupportedError(
+            f"{model_dir} is a PyLate ColBERT checkpoint ({arch or 'no architecture'} with a Dense projection and "
+            "[Q]/[D] prefixes), which rbln-retrieval does not support; ColBERT checkpoints in colbert-ir's layout "
+            "(architecture HF_ColBERT) are."
+        )
     if arch in _CROSS_ENCODER_ARCHS:
         return "cross-encoder"
     if arch in _QWEN3_ARCHS:
@@ -323,7 +380,12 @@ def _family_name(arch: str, pooling: Pooling | None, model_dir: Path) -> FamilyN
     if arch in _BI_ENCODER_ARCHS:
         return "bge-m3" if all((model_dir / head).is_file() for head in BGE_M3_HEADS) else "bi-encoder"
     supported = sorted(
-        _BI_ENCODER_ARCHS | _CROSS_ENCODER_ARCHS | _QWEN3_ARCHS | set(_REMOTE_CODE_ARCHS) | _EMBEDDINGGEMMA_ARCHS
+        _BI_ENCODER_ARCHS
+        | _CROSS_ENCODER_ARCHS
+        | _QWEN3_ARCHS
+        | set(_REMOTE_CODE_ARCHS)
+        | _EMBEDDINGGEMMA_ARCHS
+        | _COLBERT_ARCHS
     )
     raise ModelNotSupportedError(
         f"{model_dir} has architecture {arch or 'none'!r}, which rbln-retrieval does not support "

@@ -5,6 +5,9 @@ vLLM's BgeM3EmbeddingModel computes them with pooling tasks of its own: "token_c
 per token without the first (bos) and last (eos) token, "token_embed" gives colbert_linear(h) per token without the
 first token, normalized, and "embed&token_classify" gives the dense vector followed by the sparse weights from one
 forward. vLLM serves one task per request, so dense + sparse cost one forward and multi-vectors one more.
+
+A ColBERT checkpoint (family "colbert", vLLM's ColBERTModel) has multi-vectors only: "token_embed" gives its
+projection of every token, [CLS] and [SEP] included, normalized.
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ import numpy as np
 Output = Literal["dense", "sparse", "multi_vector"]
 OUTPUTS: tuple[Output, ...] = ("dense", "sparse", "multi_vector")
 # Which outputs a family's checkpoints can give; every embedding family gives dense vectors.
-FAMILY_OUTPUTS: dict[str, tuple[Output, ...]] = {"bge-m3": OUTPUTS}
+FAMILY_OUTPUTS: dict[str, tuple[Output, ...]] = {"bge-m3": OUTPUTS, "colbert": ("multi_vector",)}
 _MISSING_HEAD = {
+    "dense": "pooled vector (it gives one vector per token)",
     "sparse": "sparse (lexical weight) head",
     "multi_vector": "multi-vector (ColBERT) head",
 }
@@ -35,6 +39,11 @@ def check_outputs(output: Any, *, family: str, model: str) -> tuple[Output, ...]
     for name in names:
         if name not in OUTPUTS:
             raise ValueError(f"output={name!r} is not one of {', '.join(map(repr, OUTPUTS))}.")
+        if name not in FAMILY_OUTPUTS.get(family, ("dense",)) and family == "colbert":
+            raise ValueError(
+                f"{model} is a ColBERT model with no {_MISSING_HEAD[name]}, so it cannot give output={name!r}; "
+                "ask for output='multi_vector', or score and rerank with it (late interaction)."
+            )
         if name not in FAMILY_OUTPUTS.get(family, ("dense",)):
             raise ValueError(
                 f"{model} has no {_MISSING_HEAD[name]} (family {family}), so it cannot give output={name!r}; "
@@ -47,8 +56,11 @@ def check_outputs(output: Any, *, family: str, model: str) -> tuple[Output, ...]
 
 def npu_note(family: str, model: str) -> str | None:
     """What the bundled runner on the NPU does with this family's token-level outputs, for the engine's start."""
-    if len(FAMILY_OUTPUTS.get(family, ("dense",))) == 1:
+    outputs = FAMILY_OUTPUTS.get(family, ("dense",))
+    if outputs == ("dense",):
         return None
+    if "dense" not in outputs:
+        return f"{model}: multi-vector outputs are pooled by vLLM's pooler on the host from the graph's hidden states."
     return (
         f"{model}: dense vectors are pooled inside the NPU graph; sparse and multi-vector outputs are pooled by "
         "vLLM's pooler on the host from the graph's hidden states."
@@ -120,12 +132,13 @@ def lexical_weights(ids: list[int], weights: np.ndarray, special: SpecialTokens)
     return result
 
 
-def maxsim(query: np.ndarray, document: np.ndarray) -> float:
-    """Late-interaction relevance as bge-m3's ``colbert_score``: each query vector's best dot product with any
-    document vector, averaged over the query vectors."""
+def maxsim(query: np.ndarray, document: np.ndarray, *, family: str) -> float:
+    """Late-interaction relevance: each query vector's best dot product with any document vector, summed over the
+    query vectors as ColBERT (and vLLM's ``compute_maxsim_score``) does, averaged as bge-m3's ``colbert_score``."""
     if len(query) == 0 or len(document) == 0:
         return 0.0
-    return float((query @ document.T).max(axis=1).mean())
+    best = (query @ document.T).max(axis=1)
+    return float(best.mean() if family == "bge-m3" else best.sum())
 
 
 def normalized(rows: np.ndarray) -> np.ndarray:

@@ -333,7 +333,7 @@ class RemoteEngine:
         output: Any = "dense",
     ) -> Any:
         family = await self._described()  # never the sync property here: it would wait on this very loop
-        if not (isinstance(output, str) and output == "dense"):
+        if not (isinstance(output, str) and output == "dense") or family.late_interaction_only:
             outputs = check_remote_outputs(output, family=family.name, model=self.model)
             return {outputs[0]: await self._embed(texts, kind, instruction, dimensions, normalize, truncate, what)}
         prefix = embed_prefix(family, self.model, kind, instruction)
@@ -361,13 +361,14 @@ class RemoteEngine:
     async def _score(
         self, query: str, documents: Iterable[str], instruction: str | None, truncate: Truncate, output: str = "dense"
     ) -> list[float]:
-        if output != "dense":  # late interaction needs multi-vectors, which the server does not give
-            check_remote_outputs(output, family=(await self._described()).name, model=self.model)
         query = check_query(query)
+        family = await self._described()
+        if output != "dense" or family.late_interaction_only:  # late interaction needs multi-vectors, not served
+            late = "multi_vector" if output == "dense" else output
+            check_remote_outputs(late, family=family.name, model=self.model)
         docs = [d for _, chunk in chunks(documents, "documents") for d in chunk]
         if not docs:
             return []
-        family = await self._described()
         method = score_method(family, self.model, instruction)
         if method == "cosine":
             doc_vectors = await self._embed(docs, "document", None, None, True, truncate, what="documents")

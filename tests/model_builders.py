@@ -484,6 +484,30 @@ def build_embeddinggemma(path: str | Path, *, seed: int = 0, prompts: dict[str, 
     return path
 
 
+COLBERT_DIM = 32
+
+
+def build_colbert(path: str | Path, *, seed: int = 0) -> Path:
+    """A checkpoint laid out like colbert-ir/colbertv2.0 (architecture HF_ColBERT): a BertModel without pooler under
+    ``bert.`` and the bias-free projection ``linear`` (hidden -> COLBERT_DIM) in the same safetensors file; no
+    sentence-transformers files and no ``dim`` in the config, so the projection's width comes from the weights."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import BertModel
+
+    path = Path(path)
+    _seeded(seed)
+    tokenizer = save_tokenizer(path)
+    config = _encoder_config("bert", len(tokenizer), tokenizer.pad_token_id)
+    config.architectures = ["HF_ColBERT"]
+    config.save_pretrained(str(path))
+    bert = BertModel(config, add_pooling_layer=False)
+    weights = {f"bert.{name}": tensor.contiguous() for name, tensor in bert.state_dict().items()}
+    weights["linear.weight"] = torch.nn.Linear(HIDDEN, COLBERT_DIM, bias=False).weight.detach().clone()
+    save_file(weights, str(path / "model.safetensors"), metadata={"format": "pt"})
+    return path
+
+
 BUILDERS: dict[str, Callable[[Path], Path]] = {
     "bert-cls": lambda p: build_bi_encoder(p, kind="bert", pooling="cls"),
     "roberta-mean": lambda p: build_bi_encoder(p, kind="roberta", pooling="mean"),
@@ -498,6 +522,7 @@ BUILDERS: dict[str, Callable[[Path], Path]] = {
     "gte-new": build_gte_new,
     "nomic": build_nomic,
     "embeddinggemma": build_embeddinggemma,
+    "colbert": build_colbert,
 }
 
 

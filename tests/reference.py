@@ -268,3 +268,31 @@ def embeddinggemma(
             vec = vec[:dimensions]
         rows.append(torch.nn.functional.normalize(vec, dim=0).numpy())
     return np.stack(rows)
+
+
+@torch.no_grad()
+def colbert(path: str, texts: list[str], *, max_length: int, prefix: str = "") -> list[np.ndarray]:
+    """ColBERT token vectors as vLLM's ColBERTModel computes them, one text at a time: BERT's last hidden state of
+    every token ([CLS] and [SEP] included), the bias-free ``linear`` projection, each row L2-normalized. Like vLLM
+    (and unlike the colbert-ir library) no [unused0]/[unused1] query/document marker is inserted and queries are
+    not padded with [MASK] to 32 tokens."""
+    from safetensors.torch import load_file
+    from transformers import BertConfig, BertModel
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    weights = load_file(f"{path}/model.safetensors")
+    bert = BertModel(BertConfig.from_pretrained(path), add_pooling_layer=False).eval()
+    bert.load_state_dict({k.removeprefix("bert."): v for k, v in weights.items() if k.startswith("bert.")})
+    projection = weights["linear.weight"]
+    rows = []
+    for text in texts:
+        enc = tokenizer(prefix + text, truncation=True, max_length=max_length, return_tensors="pt")
+        hidden = bert(**enc).last_hidden_state[0]
+        rows.append(torch.nn.functional.normalize(hidden @ projection.T, dim=-1).numpy())
+    return rows
+
+
+def colbert_maxsim(query: np.ndarray, document: np.ndarray) -> float:
+    """ColBERT's MaxSim: the sum over query vectors of their best dot product with any document vector."""
+    q, d = torch.from_numpy(query), torch.from_numpy(document)
+    return (q @ d.T).max(dim=-1).values.sum().item()

@@ -130,6 +130,11 @@ def test_remote_engines_say_token_outputs_are_local_only(tiny_models, minilm):
                     remote.embed(["a"], output=output)
             with pytest.raises(ValueError, match=r"output='multi_vector' .* is not served over HTTP"):
                 remote.score("q", ["a"], output="multi_vector")
+        with RemoteEngine(str(tiny_models["colbert"]), base_url=server.url) as remote:
+            with pytest.raises(ValueError, match=r"is a ColBERT model with no pooled vector"):
+                remote.embed(["a"])
+            with pytest.raises(ValueError, match=r"output='multi_vector' .* is not served over HTTP"):
+                remote.score("q", ["a"])
         with RemoteEngine(str(minilm), base_url=server.url) as remote:
             with pytest.raises(ValueError, match=r"has no sparse .* so it cannot give output='sparse'"):
                 remote.embed(["a"], output="sparse")

@@ -374,3 +374,55 @@ def test_embeddinggemma_matryoshka_truncates_after_the_dense_projection(embeddin
             engine.embed(["a"], dimensions=bad)
     with pytest.raises(TypeError, match="dimensions is float"):
         engine.embed(["a"], dimensions=16.0)
+
+
+def test_colbert_gives_token_vectors_and_ranks_by_summed_maxsim(tiny_models):
+    """An HF_ColBERT checkpoint: token vectors of the projection's width like the plain-torch reference, scores
+    and rankings by MaxSim without asking for it, and one sentence for the outputs it has no head for."""
+    path = tiny_models["colbert"]
+    engine = _engine(path)
+    assert (engine.family.name, engine.dimension) == ("colbert", 32)
+    ours = engine.embed(TEXTS[:8], output="multi_vector")
+    expected = reference.colbert(str(path), TEXTS[:8], max_length=512)
+    assert [v.shape for v in ours] == [e.shape for e in expected]
+    assert max(np.abs(a - b).max() for a, b in zip(ours, expected)) <= 1e-4
+    (query,) = reference.colbert(str(path), [QUERY], max_length=512)
+    want = [reference.colbert_maxsim(query, d) for d in expected]
+    assert engine.score(QUERY, TEXTS[:8]) == pytest.approx(want, abs=1e-4)
+    assert engine.score(QUERY, TEXTS[:8], output="multi_vector") == engine.score(QUERY, TEXTS[:8])
+    assert [i for i, _ in engine.rerank(QUERY, TEXTS[:8], top_n=3)] == sorted(range(8), key=lambda i: -want[i])[:3]
+    assert engine.score(QUERY, []) == []
+    for output in ("dense", "sparse"):
+        with pytest.raises(ValueError, match=rf"is a ColBERT model with no .* so it cannot give output='{output}'"):
+            engine.embed(["a"], output=output)
+    with pytest.raises(ValueError, match="cannot give output='dense'"):
+        engine.embed(["a"])
+    engine.close()
+
+
+def test_colbert_checkpoints_vllm_cannot_run_as_colbert_are_refused_at_detection(tiny_models, tmp_path):
+    """An HF_ColBERT directory without its projection, and a PyLate checkpoint (Dense module, [Q]/[D] prefixes,
+    which a bi-encoder preset would silently mis-pool), each get one sentence."""
+    import json
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from rbln_retrieval import ModelNotSupportedError, detect_family
+
+    headless = tmp_path / "headless"
+    shutil.copytree(tiny_models["colbert"], headless)
+    weights = load_file(headless / "model.safetensors")
+    del weights["linear.weight"]
+    save_file(weights, headless / "model.safetensors")
+    with pytest.raises(
+        ModelNotSupportedError, match=r"HF_ColBERT checkpoint without its projection: no 'linear\.weight'"
+    ):
+        detect_family(headless)
+    pylate = tmp_path / "pylate"
+    shutil.copytree(tiny_models["bert-cls"], pylate)
+    (pylate / "config_sentence_transformers.json").write_text(
+        json.dumps({"query_prefix": "[Q] ", "document_prefix": "[D] ", "prompts": {}}), encoding="utf-8"
+    )
+    with pytest.raises(ModelNotSupportedError, match=r"is a PyLate ColBERT checkpoint .* does not support"):
+        detect_family(pylate)

@@ -63,7 +63,8 @@ class RBLNReranker(RBLNEngineModel, BaseDocumentCompressor):
     bi-encoder (None: the model's own). Plain cross-encoders take none."""
 
     late_interaction: bool = False
-    """bge-m3: score by MaxSim over its ColBERT multi-vectors (late interaction) instead of dense cosine."""
+    """bge-m3: score by MaxSim over its ColBERT multi-vectors (late interaction) instead of dense cosine. ColBERT
+    checkpoints (HF_ColBERT) have no other way to score and always use it, with or without this flag."""
 
     def _check_family(self, family: ModelFamily) -> None:
         score_method(family, self.model, self.instruction)  # refuses an instruction the family cannot take

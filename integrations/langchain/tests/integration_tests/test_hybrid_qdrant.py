@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import reference
+from langchain_core.documents import Document
 from langchain_qdrant import QdrantVectorStore, RetrievalMode
 from langchain_qdrant.sparse_embeddings import SparseVector
 from qdrant_client.hybrid.fusion import DEFAULT_RANKING_CONSTANT_K
@@ -104,3 +106,20 @@ def test_reranker_with_late_interaction_ranks_by_maxsim(bge_m3, tiny_model, mini
     assert [r["relevance_score"] for r in ranked] == pytest.approx(sorted(scores, reverse=True)[:3], abs=1e-6)
     with pytest.raises(ValueError, match=r"has no multi-vector \(ColBERT\) head \(family bi-encoder\)"):
         RBLNReranker(model=minilm, late_interaction=True, **CPU)
+
+
+def test_reranker_on_a_colbert_model_ranks_by_maxsim_without_flags(tiny_model):
+    """A ColBERT checkpoint has token vectors only: RBLNReranker scores by MaxSim without late_interaction=True,
+    as the plain-torch ColBERT reference does (sum over query tokens of the best document-token dot product)."""
+    path = str(tiny_model("colbert"))
+    (query,) = reference.colbert(path, [TEXTS[0]], max_length=512)
+    expected = [reference.colbert_maxsim(query, d) for d in reference.colbert(path, TEXTS[1:9], max_length=512)]
+    with RBLNReranker(model=path, top_n=3, **CPU) as reranker:
+        ranked = reranker.rerank(TEXTS[1:9], TEXTS[0])
+        compressed = reranker.compress_documents([Document(page_content=t) for t in TEXTS[1:9]], TEXTS[0])
+        reranker.late_interaction = True  # the flag bge-m3 needs changes nothing here
+        flagged = reranker.rerank(TEXTS[1:9], TEXTS[0])
+    assert [r["index"] for r in ranked] == _top(expected, len(expected))
+    assert [r["relevance_score"] for r in ranked] == pytest.approx(sorted(expected, reverse=True), abs=1e-5)
+    assert [d.page_content for d in compressed] == [TEXTS[1 + i] for i in _top(expected, 3)]
+    assert flagged == ranked

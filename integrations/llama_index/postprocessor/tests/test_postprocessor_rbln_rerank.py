@@ -3,9 +3,11 @@ events), all-MiniLM-L6-v2 (real weights, cosine scores) for relevance and instru
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 import pytest
+import reference
 from llama_index.core import VectorStoreIndex
 from llama_index.core.bridge.pydantic import Field
 from llama_index.core.callbacks import CallbackManager, CBEventType, EventPayload, LlamaDebugHandler
@@ -204,6 +206,22 @@ def test_late_interaction_scores_bge_m3_by_maxsim(tiny_model, cross_encoder, cpu
     assert max(abs(a - b) for a, b in zip(expected, engine.score(QUERY, texts_of(nodes)))) > 1e-3
     with pytest.raises(ValueError, match=r"has no multi-vector \(ColBERT\) head \(family cross-encoder\)"):
         RBLNReranker(model=cross_encoder, late_interaction=True, **cpu).postprocess_nodes(nodes, query_str=QUERY)
+
+
+def test_colbert_model_reranks_by_maxsim_without_flags(tiny_model, cpu, nodes):
+    """A ColBERT checkpoint scores only by late interaction: no flag needed, same ranking and scores as the
+    plain-torch ColBERT reference (summed MaxSim), sync and async."""
+    path = str(tiny_model("colbert"))
+    (query,) = reference.colbert(path, [QUERY], max_length=512)
+    documents = reference.colbert(path, texts_of(nodes), max_length=512)
+    expected = {n.node.node_id: reference.colbert_maxsim(query, d) for n, d in zip(nodes, documents)}
+    reranker = RBLNReranker(model=path, top_n=None, **cpu)
+    for reranked in (
+        reranker.postprocess_nodes(nodes, query_str=QUERY),
+        asyncio.run(reranker.apostprocess_nodes(nodes, query_str=QUERY)),
+    ):
+        assert [n.node.node_id for n in reranked] == sorted(expected, key=lambda i: -expected[i])
+        assert [n.score for n in reranked] == pytest.approx([expected[n.node.node_id] for n in reranked], abs=TOL)
 
 
 class RecordingHandler(BaseEventHandler):

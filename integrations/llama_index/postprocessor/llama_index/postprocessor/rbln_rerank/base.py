@@ -68,7 +68,10 @@ class RBLNReranker(EngineSettings, BaseNodePostprocessor):
     )
     late_interaction: bool = Field(
         default=False,
-        description="bge-m3: score by MaxSim over its ColBERT multi-vectors instead of dense cosine.",
+        description=(
+            "bge-m3: score by MaxSim over its ColBERT multi-vectors instead of dense cosine. ColBERT checkpoints "
+            "(HF_ColBERT) always score this way."
+        ),
     )
     batch_size: int = Field(
         default=1024, gt=0, description="Nodes per engine call (the engine's scheduler batches within a call)."
