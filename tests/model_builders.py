@@ -404,6 +404,7 @@ def build_nomic(path: str | Path, *, seed: int = 0, prompts: dict[str, str] | No
         }
     save_file(_random_weights(shapes), str(path / "model.safetensors"), metadata={"format": "pt"})
     sentence_transformers_files(path, "mean", normalize=True, prompts=prompts)
+    return path
 
 
 # google/embeddinggemma-300m's config_sentence_transformers.json prompts (a subset of its task prompts).
