@@ -18,9 +18,10 @@ from rbln_retrieval.backend.config import compile_only
 from rbln_retrieval.device import resolve_device
 from rbln_retrieval.engine_args import cpu_threads_env, vllm_engine_kwargs
 from rbln_retrieval.errors import EngineDeadError, EngineStartError
-from rbln_retrieval.families import ModelFamily, check_remote_code, check_weights, detect_family, unreadable_weights
+from rbln_retrieval.families import ModelFamily, check_remote_code, detect_family
 from rbln_retrieval.inputs import Truncate, check_dimensions, check_query, check_truncate, chunks
 from rbln_retrieval.loop import EngineLoop
+from rbln_retrieval.model_files import check_weights, unreadable_weights
 from rbln_retrieval.model_source import SOURCE_ARGS, ModelSource
 from rbln_retrieval.options import EngineOptions
 from rbln_retrieval.outputs import (

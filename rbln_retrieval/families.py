@@ -7,18 +7,25 @@ sentence-transformers files ``modules.json``, ``1_Pooling/config.json``, ``confi
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from rbln_retrieval.errors import ModelNotSupportedError
+from rbln_retrieval.model_files import (
+    Pooling,
+    colbert_dim,
+    dense_output_width,
+    is_pylate,
+    read_json,
+    sentence_transformers_modules,
+    st_pooling,
+)
 from rbln_retrieval.prompts import QWEN3_DEFAULT_TASK, default_document_prompt, default_query_prompt
 
 logger = logging.getLogger(__name__)
 
-Pooling = Literal["MEAN", "CLS", "LAST"]
 FamilyName = Literal[
     "qwen3-embedding",
     "qwen3-reranker",
@@ -38,12 +45,6 @@ QWEN3_RERANKER_OVERRIDES = {
     "is_original_qwen3_reranker": True,
 }
 
-_ST_POOLING_FLAGS: dict[str, Pooling] = {
-    "pooling_mode_mean_tokens": "MEAN",
-    "pooling_mode_cls_token": "CLS",
-    "pooling_mode_lasttoken": "LAST",
-}
-_ST_POOLING_MODES: dict[str, Pooling] = {"mean": "MEAN", "cls": "CLS", "lasttoken": "LAST"}
 _BI_ENCODER_ARCHS = {"BertModel", "RobertaModel", "XLMRobertaModel", "ModernBertModel"}
 _CROSS_ENCODER_ARCHS = {
     "BertForSequenceClassification",
@@ -73,7 +74,6 @@ EMBEDDINGGEMMA_MATRYOSHKA = (768, 512, 256, 128)
 # vLLM runs it as ColBERTModel, whose only output is the normalized projection of every token (pooling task
 # "token_embed"). PyLate checkpoints (a sentence-transformers Dense module, [Q]/[D] prefixes) are not among them.
 _COLBERT_ARCHS = {"HF_ColBERT"}
-_COLBERT_PROJECTION = "linear.weight"
 
 
 @dataclass(frozen=True)
@@ -114,33 +114,6 @@ class ModelFamily:
         return self.name == "colbert"
 
 
-def _read_json(path: Path) -> dict[str, Any] | list[Any] | None:
-    if not path.is_file():
-        return None
-    with path.open(encoding="utf-8") as f:
-        data: dict[str, Any] | list[Any] = json.load(f)
-    return data
-
-
-def _sentence_transformers_modules(model_dir: Path) -> list[dict[str, Any]]:
-    modules = _read_json(model_dir / "modules.json")
-    return modules if isinstance(modules, list) else []
-
-
-def _st_pooling(model_dir: Path, modules: list[dict[str, Any]]) -> Pooling | None:
-    pooling_dirs = [m.get("path", "") for m in modules if m.get("type", "").endswith("Pooling")]
-    for sub in pooling_dirs or ["1_Pooling"]:
-        cfg = _read_json(model_dir / sub / "config.json")
-        if not isinstance(cfg, dict):
-            continue
-        if mode := cfg.get("pooling_mode"):  # newer sentence-transformers writes one string
-            return _ST_POOLING_MODES.get(mode)
-        for flag, pooling in _ST_POOLING_FLAGS.items():
-            if cfg.get(flag):
-                return pooling
-    return None
-
-
 def _max_length(model_dir: Path, config: dict[str, Any], user_max_length: int | None) -> int:
     limits = []
     # GPT-2 style configs (Nomic) name it n_positions; vLLM takes the smaller where both are given.
@@ -149,7 +122,7 @@ def _max_length(model_dir: Path, config: dict[str, Any], user_max_length: int | 
         # RoBERTa-style models number positions from padding_idx + 1.
         offset = config.get("pad_token_id", 1) + 1 if config.get("model_type") in _ROBERTA_TYPES else 0
         limits.append(positions - offset)
-    st_config = _read_json(model_dir / "sentence_bert_config.json")
+    st_config = read_json(model_dir / "sentence_bert_config.json")
     if isinstance(st_config, dict) and st_config.get("max_seq_length"):
         limits.append(int(st_config["max_seq_length"]))
     if not limits:
@@ -174,15 +147,15 @@ def detect_family(model_dir: str | Path, *, max_length: int | None = None, famil
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise ModelNotSupportedError(f"Model directory {str(model_dir)!r} does not exist.")
-    config = _read_json(model_dir / "config.json")
+    config = read_json(model_dir / "config.json")
     if not isinstance(config, dict):
         raise ModelNotSupportedError(f"{model_dir} has no config.json; is it a Hugging Face model directory?")
     architectures = config.get("architectures") or []
     arch = architectures[0] if architectures else ""
-    modules = _sentence_transformers_modules(model_dir)
-    st_config = _read_json(model_dir / "config_sentence_transformers.json")
+    modules = sentence_transformers_modules(model_dir)
+    st_config = read_json(model_dir / "config_sentence_transformers.json")
     prompts: dict[str, str] = (st_config or {}).get("prompts") or {} if isinstance(st_config, dict) else {}
-    pooling = _st_pooling(model_dir, modules)
+    pooling = st_pooling(model_dir, modules)
     name = family or _family_name(arch, pooling, model_dir)
     common: dict[str, Any] = {
         "architecture": arch,
@@ -230,7 +203,7 @@ def detect_family(model_dir: str | Path, *, max_length: int | None = None, famil
         return ModelFamily(
             name="colbert",
             uses_token_type_ids=config.get("type_vocab_size", 0) > 1,
-            **{**common, "hidden_size": _colbert_dim(model_dir, config)},
+            **{**common, "hidden_size": colbert_dim(model_dir, config)},
         )
     if name == "bge-m3":
         if missing := [head for head in BGE_M3_HEADS if not (model_dir / head).is_file()]:
@@ -270,18 +243,18 @@ def _embeddinggemma(
             "Gemma3 only as EmbeddingGemma's bidirectional encoder."
         )
     pooling_dirs = [m.get("path", "") for m in modules if m.get("type", "").endswith("Pooling")] or ["1_Pooling"]
-    pooling_config = _read_json(model_dir / pooling_dirs[0] / "config.json")
+    pooling_config = read_json(model_dir / pooling_dirs[0] / "config.json")
     if isinstance(pooling_config, dict) and pooling_config.get("include_prompt") is False:
         # vLLM pools every token of the prompt; leaving the prompt's tokens out is not expressible there.
         raise ModelNotSupportedError(
             f"{model_dir}'s pooling leaves the prompt out (include_prompt is false), which vLLM cannot do."
         )
-    pooling = _st_pooling(model_dir, modules)
+    pooling = st_pooling(model_dir, modules)
     if isinstance(pooling_config, dict) and pooling is None:
         raise ModelNotSupportedError(
             f"{model_dir}'s pooling module uses none of the modes rbln-retrieval runs (mean, CLS, last token)."
         )
-    width = _dense_output_width(model_dir, modules, int(config.get("hidden_size", 0)))
+    width = dense_output_width(model_dir, modules, int(config.get("hidden_size", 0)))
     declared = config.get("matryoshka_dimensions")
     sizes = tuple(declared) if declared else tuple(d for d in EMBEDDINGGEMMA_MATRYOSHKA if d <= width)
     if not all(isinstance(d, int) and 1 <= d <= width for d in sizes):
@@ -301,67 +274,10 @@ def _embeddinggemma(
     )
 
 
-# Activations of sentence-transformers' Dense module that vLLM's projector applies (`get_act_fn`).
-_DENSE_ACTIVATIONS = {"torch.nn.modules.linear.Identity", "torch.nn.modules.activation.Tanh"}
-DENSE_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
-
-
-def _dense_output_width(model_dir: Path, modules: list[dict[str, Any]], hidden_size: int) -> int:
-    """The vector width after the sentence-transformers Dense layers, each checked to be one vLLM loads (vLLM
-    skips a Dense layer it cannot read, which would silently change the vectors)."""
-    width = hidden_size
-    for module in modules:
-        if not module.get("type", "").endswith("Dense"):
-            continue
-        folder = module.get("path", "")
-        dense = _read_json(model_dir / folder / "config.json")
-        if not isinstance(dense, dict) or not any((model_dir / folder / name).is_file() for name in DENSE_WEIGHTS):
-            raise ModelNotSupportedError(
-                f"{model_dir}'s Dense module {folder!r} lacks its config.json or its weights "
-                f"({' or '.join(DENSE_WEIGHTS)})."
-            )
-        activation = dense.get("activation_function", "torch.nn.modules.activation.Tanh")
-        if activation not in _DENSE_ACTIVATIONS:
-            raise ModelNotSupportedError(
-                f"{model_dir}'s Dense module {folder!r} uses activation {activation}; only Identity and Tanh run."
-            )
-        if dense.get("in_features") != width:
-            raise ModelNotSupportedError(
-                f"{model_dir}'s Dense module {folder!r} takes {dense.get('in_features')} features, not {width}."
-            )
-        width = int(dense["out_features"])
-    return width
-
-
-def _colbert_dim(model_dir: Path, config: dict[str, Any]) -> int:
-    """Width of the token vectors: the config's, where it names one (as vLLM reads it), else the projection's rows."""
-    if dim := config.get("colbert_dim") or config.get("dim") or config.get("projection_dim"):
-        return int(dim)
-    from safetensors import SafetensorError, safe_open
-
-    for path in sorted(model_dir.glob("*.safetensors")):
-        try:
-            with safe_open(path, framework="numpy") as weights:
-                if _COLBERT_PROJECTION in weights.keys():  # noqa: SIM118 - safe_open is not a mapping
-                    return int(weights.get_slice(_COLBERT_PROJECTION).get_shape()[0])
-        except (SafetensorError, OSError):
-            continue  # unreadable files are named by check_weights/unreadable_weights at engine start
-    raise ModelNotSupportedError(
-        f"{model_dir} is an HF_ColBERT checkpoint without its projection: "
-        f"no {_COLBERT_PROJECTION!r} in its safetensors."
-    )
-
-
-def _is_pylate(model_dir: Path, modules: list[dict[str, Any]]) -> bool:
-    st_config = _read_json(model_dir / "config_sentence_transformers.json")
-    prefixes = isinstance(st_config, dict) and ("query_prefix" in st_config or "document_prefix" in st_config)
-    return prefixes or any(m.get("type", "").startswith("pylate.") for m in modules)
-
-
 def _family_name(arch: str, pooling: Pooling | None, model_dir: Path) -> FamilyName:
     if arch in _COLBERT_ARCHS:
         return "colbert"
-    if _is_pylate(model_dir, _sentence_transformers_modules(model_dir)):
+    if is_pylate(model_dir, sentence_transformers_modules(model_dir)):
         raise ModelNotSupportedError(
             f"{model_dir} is a PyLate ColBERT checkpoint ({arch or 'no architecture'} with a Dense projection and "
             "[Q]/[D] prefixes), which rbln-retrieval does not support; ColBERT checkpoints in colbert-ir's layout "
@@ -455,45 +371,3 @@ def _kv_bytes_per_token(config: dict[str, Any]) -> int:
     head_dim = config.get("head_dim") or config.get("hidden_size", 0) // heads
     kv_heads = config.get("num_key_value_heads") or heads
     return int(2 * config.get("num_hidden_layers", 1) * kv_heads * head_dim * 4)
-
-
-def check_weights(model_dir: str | Path, *, allow_pickle: bool) -> None:
-    """Refuse pickle-only checkpoints (loading them can run arbitrary code) unless the caller trusts them."""
-    model_dir = Path(model_dir)
-    if not allow_pickle:
-        _check_dense_weights(model_dir)
-    if allow_pickle or any(model_dir.glob("*.safetensors")):
-        return
-    pickles = sorted(p.name for p in model_dir.glob("*") if p.suffix in (".bin", ".pt", ".pth", ".ckpt"))
-    if pickles:
-        raise ModelNotSupportedError(
-            f"{model_dir} has only pickle weights ({', '.join(pickles)}), which can run code when loaded; "
-            "convert them to safetensors or pass allow_pickle=True if you trust the source."
-        )
-    raise ModelNotSupportedError(f"{model_dir} has no weights (*.safetensors).")
-
-
-def _check_dense_weights(model_dir: Path) -> None:
-    """sentence-transformers Dense layers saved only as pickles are refused like pickle-only model weights."""
-    for module in _sentence_transformers_modules(model_dir):
-        folder = model_dir / module.get("path", "")
-        safetensors, pickle = (folder / name for name in DENSE_WEIGHTS)
-        if module.get("type", "").endswith("Dense") and not safetensors.is_file() and pickle.is_file():
-            raise ModelNotSupportedError(
-                f"{model_dir}'s Dense module {module.get('path')!r} has only pickle weights ({DENSE_WEIGHTS[1]}), "
-                "which can run code when loaded; convert them to safetensors or pass allow_pickle=True if you "
-                "trust the source."
-            )
-
-
-def unreadable_weights(model_dir: str) -> str | None:
-    """One sentence naming a safetensors file whose header cannot be read, or None when all of them can."""
-    from safetensors import SafetensorError, safe_open
-
-    for path in sorted(Path(model_dir).glob("*.safetensors")):
-        try:
-            with safe_open(path, framework="numpy"):
-                pass
-        except (SafetensorError, OSError) as exc:
-            return f"{path.name} is not a readable safetensors file ({exc})."
-    return None

@@ -18,7 +18,8 @@ from typing import Any
 
 from rbln_retrieval.device import resolve_device
 from rbln_retrieval.engine_args import cpu_threads_env, vllm_engine_kwargs
-from rbln_retrieval.families import ModelFamily, check_remote_code, check_weights, detect_family
+from rbln_retrieval.families import ModelFamily, check_remote_code, detect_family
+from rbln_retrieval.model_files import check_weights
 from rbln_retrieval.model_source import SOURCE_ARGS, ModelSource
 from rbln_retrieval.options import EngineOptions
 from rbln_retrieval.quiet import quiet_vllm

@@ -14,7 +14,7 @@ from corpus import mixed_length
 from model_builders import build_embeddinggemma, build_modernbert, build_nomic
 
 from rbln_retrieval import ModelNotSupportedError, PoolingEngine, detect_family
-from rbln_retrieval.families import check_weights
+from rbln_retrieval.model_files import check_weights
 from rbln_retrieval.prompts import QWEN3_DEFAULT_TASK
 
 TEXTS = mixed_length(40)
