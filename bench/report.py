@@ -47,8 +47,8 @@ def markdown(results: dict[str, Any], tag: str) -> str:
     lines = [
         f"{machine.get('cpu', '?')} ({machine.get('cpu_class', '?')}), {machine['cpus']} CPUs, {machine['platform']}, "
         f"load average {load} at the start; torch GEMM rate ([512 x 1024] @ [1024 x 4096]) measured in this run: "
-        f"fp32 {gemm['float32']:.0f} GFLOP/s, bf16 {gemm['bfloat16']:.0f} GFLOP/s. Medians of "
-        f"{results['settings']['repeats']} alternating repeats.",
+        + ", ".join(f"{'bf16' if d == 'bfloat16' else 'fp32'} {r:.0f} GFLOP/s" for d, r in sorted(gemm.items()))
+        + f". Medians of {results['settings']['repeats']} alternating repeats.",
         "",
     ]
     st_best = f"sentence-transformers {tag}"
