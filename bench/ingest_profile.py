@@ -171,7 +171,7 @@ def profile_ingest(engine: Any, texts: list[str]) -> dict[str, Any]:
         finally:
             step_seconds[0] += time.perf_counter() - tic
 
-    prefix = engine.family.document_prefix(None)
+    prefix = engine.family.document_prompt
     tic = time.perf_counter()
     engine.tokenizer.encode_texts(texts, prefix, "end")
     tokenize_s = time.perf_counter() - tic
