@@ -242,7 +242,7 @@ def main() -> None:
     )
     try:
         engine.embed(texts[:8])
-        tokens = sum(len(t.ids) for t in engine.tokenizer.encode_texts(texts, engine.family.document_prefix(None)))
+        tokens = sum(len(t.ids) for t in engine.tokenizer.encode_texts(texts, engine.family.document_prompt))
         profile = profile_ingest(engine, texts)
         tic = time.perf_counter()
         engine.embed(texts)
