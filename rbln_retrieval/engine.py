@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import multiprocessing
 import os
-import uuid
 from collections.abc import Callable, Iterable, Sequence, Sized
 from typing import Any, Literal, TypeVar
 
@@ -16,12 +14,10 @@ from tqdm.auto import tqdm
 
 from rbln_retrieval.backend.config import compile_only
 from rbln_retrieval.device import resolve_device
-from rbln_retrieval.engine_args import cpu_threads_env, vllm_engine_kwargs
-from rbln_retrieval.errors import EngineDeadError, EngineStartError
 from rbln_retrieval.families import ModelFamily, check_remote_code, detect_family
 from rbln_retrieval.inputs import Truncate, check_dimensions, check_query, check_truncate, chunks
 from rbln_retrieval.loop import EngineLoop
-from rbln_retrieval.model_files import check_weights, unreadable_weights
+from rbln_retrieval.model_files import check_weights
 from rbln_retrieval.model_source import SOURCE_ARGS, ModelSource
 from rbln_retrieval.options import EngineOptions
 from rbln_retrieval.outputs import (
@@ -31,14 +27,13 @@ from rbln_retrieval.outputs import (
     assemble,
     check_outputs,
     maxsim,
-    npu_note,
     pooling_tasks,
 )
 from rbln_retrieval.prompts import embed_prefix, qwen3_reranker_pairs, score_method
-from rbln_retrieval.quiet import quiet_vllm
 from rbln_retrieval.ranking import rank
 from rbln_retrieval.shared import EngineHandle, EngineSpec, close_all
 from rbln_retrieval.tokens import PromptTokenizer, Tokens
+from rbln_retrieval.vllm_calls import encode, start_vllm
 
 logger = logging.getLogger(__name__)
 
@@ -111,54 +106,7 @@ class PoolingEngine:
         return self._vllm is None and self._loop.loop.is_closed()
 
     async def _start(self) -> None:
-        quiet_vllm()
-        from rbln_retrieval import backend
-
-        # vLLM's processes started inside `activated` inherit the target; a stock engine's get the plugin off.
-        target = self.target
-        # An in-process engine uses this process's vLLM platform: the bundled one, if vLLM's CPU platform is active.
-        in_process = self.options.in_process
-        if in_process and not backend.claim_platform() and target is not None:
-            logger.warning(
-                "vLLM runs on another vendor's platform in this process; the bundled runner for %s runs in "
-                "vLLM's engine processes instead (in_process=False).",
-                self.model,
-            )
-            in_process = False
-        if not in_process and multiprocessing.current_process().daemon:
-            # vLLM would fail deep inside with "daemonic processes are not allowed to have children".
-            raise EngineStartError(
-                f"vLLM could not start an engine for {self.model}: in_process=False runs it in child processes, "
-                "which a daemonic process (a multiprocessing Pool worker) cannot start; use in_process=True there."
-            )
-        from vllm import AsyncEngineArgs, envs
-        from vllm.v1.engine.async_llm import AsyncLLM
-
-        from rbln_retrieval.inproc import InprocEngine
-
-        kwargs = vllm_engine_kwargs(
-            self.model, self.family, self.options, device=self.device, model_key=str(self.source)
-        )
-        if in_process:
-            env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}  # vLLM's CPU platform allows the uni executor only then
-        else:  # the thread variables reach only a worker process vLLM spawns
-            env = cpu_threads_env() if self.device == "cpu" else {}
-        try:
-            with backend.activated(target, env):
-                # An in-process engine freezes vLLM's variables for the whole process; this start reads them anew.
-                envs.disable_envs_cache()
-                if in_process:
-                    self._vllm = await InprocEngine.start(AsyncEngineArgs(**kwargs))
-                else:
-                    self._vllm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
-        except Exception as exc:  # vLLM raises many types from deep inside; callers get one sentence.
-            # A weights file that fails in vLLM's worker process only says "see root cause above" here.
-            reason = unreadable_weights(self.model) or (
-                str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            )
-            raise EngineStartError(f"vLLM could not start an engine for {self.model}: {reason}") from exc
-        if target == "rbln" and (note := npu_note(self.family.name, self.model)):
-            logger.warning(note)
+        self._vllm = await start_vllm(self.model, self.family, self.options, self.device, self.target, self.source)
 
     def close(self) -> None:
         """Shut the engine down and free its memory; the object cannot be used afterwards."""
@@ -404,41 +352,7 @@ class PoolingEngine:
         return scores
 
     async def _encode(self, tokens: list[Tokens], params: Any, bar: tqdm | None, stack: bool = True) -> Any:
-        """Submit every prompt at once (the scheduler batches them) and return outputs in input order, one row
-        each, as one array (a chunk of rows costs one allocation, not one tensor per row), or as a list of
-        arrays with ``stack=False`` (token-level outputs differ in length)."""
-        from vllm.inputs import TokensPrompt
-        from vllm.v1.engine.exceptions import EngineDeadError as VLLMEngineDeadError
-
-        engine = await self._running_engine()
-        batch = uuid.uuid4().hex
-
-        async def one(index: int, item: Tokens) -> np.ndarray:
-            request_params = params
-            if item.type_ids is not None:
-                from vllm.entrypoints.pooling.scoring.utils import compress_token_type_ids
-
-                request_params = params.clone()
-                request_params.extra_kwargs = {"compressed_token_type_ids": compress_token_type_ids(item.type_ids)}
-            final: Any = None
-            async for output in engine.encode(
-                TokensPrompt(prompt_token_ids=item.ids), request_params, f"{batch}-{index}"
-            ):
-                final = output
-            if bar is not None:
-                bar.update(1)
-            row: np.ndarray = final.outputs.data.float().numpy()
-            return row
-
-        try:
-            async with asyncio.TaskGroup() as group:
-                tasks = [group.create_task(one(i, t)) for i, t in enumerate(tokens)]
-        except* VLLMEngineDeadError as failure:
-            raise EngineDeadError(
-                f"The vLLM engine for {self.model} died while serving this call; the next call starts a new one."
-            ) from failure.exceptions[0]
-        rows = [task.result() for task in tasks]
-        return np.stack(rows) if stack else rows
+        return await encode(await self._running_engine(), self.model, tokens, params, bar, stack=stack)
 
     async def _running_engine(self) -> Any:
         """The live engine (AsyncLLM or InprocEngine), restarting it first if it died."""
