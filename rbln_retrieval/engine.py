@@ -31,7 +31,7 @@ from rbln_retrieval.outputs import (
 )
 from rbln_retrieval.prompts import embed_prefix, qwen3_reranker_pairs, score_method
 from rbln_retrieval.ranking import rank
-from rbln_retrieval.shared import EngineHandle, EngineSpec, close_all
+from rbln_retrieval.shared import EngineHandle, EngineSpec, close_all, close_at_exit
 from rbln_retrieval.tokens import PromptTokenizer, Tokens
 from rbln_retrieval.vllm_calls import encode, start_vllm
 
@@ -107,6 +107,7 @@ class PoolingEngine:
 
     async def _start(self) -> None:
         self._vllm = await start_vllm(self.model, self.family, self.options, self.device, self.target, self.source)
+        close_at_exit(self)
 
     def close(self) -> None:
         """Shut the engine down and free its memory; the object cannot be used afterwards."""

@@ -10,9 +10,11 @@ and acquires it on first use in the process that unpickles it.
 from __future__ import annotations
 
 import atexit
+import gc
 import logging
 import os
 import threading
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Self
@@ -108,6 +110,29 @@ class _Registry:
 _registry = _Registry()
 os.register_at_fork(after_in_child=_registry.forget_after_fork)
 atexit.register(_registry.close_all)
+_open_engines: weakref.WeakSet[Any] = weakref.WeakSet()
+os.register_at_fork(after_in_child=_open_engines.clear)  # a child never closes its parent's engines
+
+
+def close_at_exit(engine: Any) -> None:
+    """Close ``engine`` at exit if the program has not. Called after each engine start: atexit runs the newest hook
+    first, so this runs before the exit hooks of multiprocessing and vLLM registered during that start, which would
+    otherwise kill the engine's processes under it (vLLM then logs a dead engine's traceback as the program ends)."""
+    _open_engines.add(engine)
+    atexit.unregister(_close_open_engines)
+    atexit.register(_close_open_engines)
+
+
+def _close_open_engines() -> None:
+    _registry.close_all()
+    for engine in list(_open_engines):
+        try:
+            engine.close()
+        except Exception:  # at exit, one engine's failure must not keep the others running
+            logger.exception("Closing the engine for %s failed.", engine.model)
+    # Collect the closed engines' cycles now: vLLM's AsyncLLM.__del__ shuts down again and fails once the
+    # interpreter has torn its modules down.
+    gc.collect()
 
 
 def close_all() -> None:

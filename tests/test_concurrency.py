@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -52,10 +53,13 @@ def assert_same(result: Any, expected: Any, call: tuple[str, Any]) -> None:
 
 
 @pytest.fixture(scope="module", params=["in-process", "engine-processes"])
-def engine(request, minilm, minilm_engine) -> PoolingEngine:
+def engine(request, minilm, minilm_engine) -> Iterator[PoolingEngine]:
     if request.param == "in-process":
-        return minilm_engine
-    return PoolingEngine.shared(minilm, device="cpu", dtype="float32", in_process=False)
+        yield minilm_engine
+        return
+    processes = PoolingEngine.shared(minilm, device="cpu", dtype="float32", in_process=False)
+    yield processes
+    processes.close()  # not left to the exit hook: the session's last lines stay pytest's summary
 
 
 async def test_tasks_and_threads_share_one_engine_and_get_the_sequential_results(engine):

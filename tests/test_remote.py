@@ -140,8 +140,12 @@ def test_api_key_required_and_never_shown(servers, minilm, caplog):
     url = servers["minilm-a"].url
     # vLLM guards only /v1-style prefixes; its unprefixed model routes must not answer without the key either.
     for route in ("/score", "/rerank", "/classify", "/pooling", "/tokenize", "/v1/embeddings", "/openapi.json"):
-        method = httpx.get if route == "/openapi.json" else httpx.post
-        assert method(url + route, json={"model": str(minilm), "input": "x"}).status_code == 401, route
+        answer = (
+            httpx.get(url + route)
+            if route == "/openapi.json"
+            else httpx.post(url + route, json={"model": str(minilm), "input": "x"})
+        )
+        assert answer.status_code == 401, route
     assert httpx.get(url + "/health").status_code == 200
     with RemoteEngine(minilm, base_url=servers["minilm-a"].url, api_key=None) as anonymous:
         with pytest.raises(RemoteAuthError, match=r"HTTP 401.*set api_key"):
