@@ -220,7 +220,8 @@ def detect_family(model_dir: str | Path, *, max_length: int | None = None, famil
         query_prompt=prompts.get("query", ""),
         document_prompt=document_prompt,
         uses_token_type_ids=config.get("type_vocab_size", 0) > 1,
-        **common,
+        # vLLM's embedding head applies a checkpoint's sentence-transformers Dense layers: they set the width.
+        **{**common, "hidden_size": dense_output_width(model_dir, modules, common["hidden_size"])},
     )
 
 

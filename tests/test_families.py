@@ -426,3 +426,26 @@ def test_colbert_checkpoints_vllm_cannot_run_as_colbert_are_refused_at_detection
     )
     with pytest.raises(ModelNotSupportedError, match=r"is a PyLate ColBERT checkpoint .* does not support"):
         detect_family(pylate)
+
+
+def test_a_bi_encoder_with_dense_layers_reports_their_width(tiny_models, tmp_path):
+    """vLLM's embedding head applies any sentence-transformers Dense layers (LaBSE-style checkpoints): the family's
+    width is theirs, and a Dense layer vLLM would skip is refused instead of silently changing the vectors."""
+    model = tmp_path / "dense"
+    shutil.copytree(tiny_models["bert-cls"], model)
+    modules = json.loads((model / "modules.json").read_text(encoding="utf-8"))
+    modules.insert(2, {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"})
+    (model / "modules.json").write_text(json.dumps(modules), encoding="utf-8")
+    (model / "2_Dense").mkdir()
+    dense = {
+        "in_features": 64,
+        "out_features": 16,
+        "bias": True,
+        "activation_function": "torch.nn.modules.activation.Tanh",
+    }
+    (model / "2_Dense" / "config.json").write_text(json.dumps(dense), encoding="utf-8")
+    (model / "2_Dense" / "model.safetensors").write_bytes((tiny_models["bert-cls"] / "model.safetensors").read_bytes())
+    assert detect_family(model).hidden_size == 16
+    _edit_json(model / "2_Dense" / "config.json", activation_function="torch.nn.modules.activation.ReLU")
+    with pytest.raises(ModelNotSupportedError, match=r"'2_Dense' uses activation .*ReLU; only Identity and Tanh run\."):
+        detect_family(model)
