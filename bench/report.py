@@ -123,17 +123,19 @@ def markdown(results: dict[str, Any], tag: str) -> str:
             lines.append("")
         if "cold_start_s" in model:
             lines += [
-                f"**Cold start to first vector: {model['label']}** (fresh process, warm page cache; the engine's own "
-                "part is its construction after torch, transformers and vLLM are imported)",
+                f"**Cold start to first vector: {model['label']}** (fresh process, warm page cache; imports are the "
+                "modules an engine start loads; the engine's own part is its construction after them)",
                 "",
-                "| system | median s | runs | engine's own part, median s |",
-                "|---|---|---|---|",
+                "| system | median s | runs | imports, median s | engine's own part, median s |",
+                "|---|---|---|---|---|",
             ]
             for name, runs in model["cold_start_s"].items():
-                own = model.get("engine_start_s", {}).get(name)
-                own_cell = f"{statistics.median(own):.1f}" if own else "-"
+                cells = []
+                for key in ("import_s", "engine_start_s"):
+                    part = model.get(key, {}).get(name)
+                    cells.append(f"{statistics.median(part):.1f}" if part else "-")
                 runs_cell = ", ".join(f"{r:.1f}" for r in runs)
-                lines.append(f"| {name} | {statistics.median(runs):.1f} | {runs_cell} | {own_cell} |")
+                lines.append(f"| {name} | {statistics.median(runs):.1f} | {runs_cell} | {' | '.join(cells)} |")
             lines.append("")
     return "\n".join(lines)
 

@@ -135,14 +135,18 @@ def run_model(key: str, work: dict[str, list[str]], args: argparse.Namespace, ta
                 s.close()
     if "cold" in work:
         print(f"{model.label}: cold start", flush=True)
-        out["cold_start_s"], out["engine_start_s"] = {}, {}
+        out["cold_start_s"], out["import_s"], out["engine_start_s"] = {}, {}, {}
         for _ in range(args.cold_repeats):
             for name in work["cold"]:
-                seconds, engine_seconds = workloads.cold_start(table[name], path)
+                seconds, import_seconds, engine_seconds = workloads.cold_start(table[name], path)
                 out["cold_start_s"].setdefault(name, []).append(round(seconds, 2))
-                if engine_seconds is not None:
+                if engine_seconds is not None and import_seconds is not None:
+                    out["import_s"].setdefault(name, []).append(round(import_seconds, 2))
                     out["engine_start_s"].setdefault(name, []).append(round(engine_seconds, 2))
-                print(f"  cold start {name}: {seconds:.1f} s (engine after imports: {engine_seconds or 0:.1f} s)")
+                print(
+                    f"  cold start {name}: {seconds:.1f} s (imports {import_seconds or 0:.1f} s, engine after "
+                    f"imports {engine_seconds or 0:.1f} s)"
+                )
     return out
 
 

@@ -177,8 +177,13 @@ COLD = """
 import sys, json, time
 spec = json.loads(sys.argv[1])
 if spec["kind"] == "rbln":
-    import torch, transformers, vllm  # the imports every engine pays, timed apart from the engine's own start
+    # The modules an engine start imports (vLLM and transformers load most of theirs lazily), timed apart from
+    # the engine's own start.
+    import torch, transformers, vllm
+    import transformers.models.auto.auto_factory, vllm.config, vllm.v1.engine.llm_engine, vllm.v1.worker.cpu_worker
+    import rbln_retrieval.backend.runner, rbln_retrieval.inproc, rbln_retrieval.vllm_calls
     from rbln_retrieval import PoolingEngine
+    print("IMPORTED", flush=True)
     tic = time.perf_counter()
     engine = PoolingEngine(sys.argv[2], device="cpu", dtype=spec["dtype"], **spec["options"])
     print("ENGINE-STARTED", time.perf_counter() - tic, flush=True)
@@ -192,9 +197,10 @@ print("FIRST-VECTOR", len(vector), flush=True)
 """
 
 
-def cold_start(spec: Spec, path: Path) -> tuple[float, float | None]:
-    """Seconds from starting a fresh Python process to its first vector (imports, engine start and warmup), and
-    the engine's own part of it (construction after the imports; None for sentence-transformers)."""
+def cold_start(spec: Spec, path: Path) -> tuple[float, float | None, float | None]:
+    """Seconds from starting a fresh Python process to its first vector (imports, engine start and warmup), the
+    imports' part and the engine's own part (construction after the imports); both None for
+    sentence-transformers."""
     payload = json.dumps({"kind": spec.kind, "dtype": spec.dtype, "options": spec.options})
     tic = time.perf_counter()
     proc = subprocess.Popen(
@@ -204,8 +210,10 @@ def cold_start(spec: Spec, path: Path) -> tuple[float, float | None]:
         text=True,
         env=os.environ.copy(),
     )
-    engine_seconds = None
+    engine_seconds = import_seconds = None
     for line in proc.stdout:
+        if line.startswith("IMPORTED"):
+            import_seconds = time.perf_counter() - tic
         if line.startswith("ENGINE-STARTED"):
             engine_seconds = float(line.split()[1])
         if line.startswith("FIRST-VECTOR"):
@@ -215,7 +223,7 @@ def cold_start(spec: Spec, path: Path) -> tuple[float, float | None]:
         proc.wait()
         raise RuntimeError(f"{spec.name}: the cold-start process exited ({proc.returncode}) without a vector.")
     proc.wait(timeout=120)
-    return seconds, engine_seconds
+    return seconds, import_seconds, engine_seconds
 
 
 def gemm_rate(dtype: str, n: int = 1024, repeats: int = 20) -> float:

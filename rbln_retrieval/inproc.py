@@ -92,7 +92,14 @@ class InprocEngine:
 
         def build() -> Any:
             vllm_compat.fresh_attention_backend_choice()
-            engine = LLMEngine.from_engine_args(engine_args)
+            # vLLM's start runs five full collections and then freezes the heap itself (unfrozen at shutdown);
+            # freezing first keeps those collections off the application's heap, which dwarfs the engine's.
+            gc.freeze()
+            try:
+                engine = LLMEngine.from_engine_args(engine_args)
+            except BaseException:
+                gc.unfreeze()
+                raise
             _LIVE.add(id(engine))
             if abandoned.is_set():  # the caller gave up (Ctrl-C) while the engine loaded
                 _shut_down(engine)

@@ -52,7 +52,6 @@ async def start_vllm(
             "which a daemonic process (a multiprocessing Pool worker) cannot start; use in_process=True there."
         )
     from vllm import AsyncEngineArgs, envs
-    from vllm.v1.engine.async_llm import AsyncLLM
 
     from rbln_retrieval.inproc import InprocEngine
 
@@ -68,6 +67,8 @@ async def start_vllm(
             if in_process:
                 engine = await InprocEngine.start(AsyncEngineArgs(**kwargs))
             else:
+                from vllm.v1.engine.async_llm import AsyncLLM  # its import costs seconds; in-process engines skip it
+
                 engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
     except Exception as exc:  # vLLM raises many types from deep inside; callers get one sentence.
         # A weights file that fails in vLLM's worker process only says "see root cause above" here.
