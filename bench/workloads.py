@@ -30,17 +30,20 @@ def ingest(
     gemm: dict[str, Callable[[], float]] | None = None,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, np.ndarray], dict[str, float]]:
     """Embed the whole corpus ``repeats`` times per system, alternating systems between repeats; ``gemm``'s rate
-    measurements (FLOP/s per dtype) run in every repeat too, and their medians come back third."""
+    measurements (FLOP/s per dtype) run before every ingest and after the last, and their medians come back third.
+    Each ingest is also held against the mean of the rates measured right before and after it
+    (``runs_gemm_flops``): these machines' GEMM rate drifts by tens of percent within minutes."""
     gemm = gemm or {}
-    rates: dict[str, list[float]] = {dtype: [] for dtype in gemm}
+    samples: list[dict[str, float]] = []
     seconds: dict[str, list[float]] = {name: [] for name in systems}
+    around: dict[str, list[dict[str, float]]] = {name: [] for name in systems}
     vectors: dict[str, np.ndarray] = {}
     counts: dict[str, dict[str, int]] = {}
     for system in systems.values():
         system.embed(texts[:8])  # first-call costs (tokenizer, oneDNN primitives) are not ingest
+    if gemm:
+        samples.append({dtype: measure() for dtype, measure in gemm.items()})
     for _ in range(repeats):
-        for dtype, measure in gemm.items():
-            rates[dtype].append(measure())
         for name, system in systems.items():
             system.forget_prefixes()
             before = system.counters()
@@ -50,21 +53,27 @@ def ingest(
             after = system.counters()
             if before is not None and after is not None:
                 counts[name] = {k: after[k] - before[k] for k in after}
+            if gemm:
+                samples.append({dtype: measure() for dtype, measure in gemm.items()})
+                around[name].append({d: (samples[-2][d] + samples[-1][d]) / 2 for d in gemm})
             print(f"  ingest {name}: {len(texts) / seconds[name][-1]:.1f} passages/s", flush=True)
     results = {}
     for name in systems:
         median = statistics.median(seconds[name])
-        row = {
+        row: dict[str, Any] = {
             "passages_per_s": len(texts) / median,
             "tokens_per_s": tokens / median,
             "runs_passages_per_s": [round(len(texts) / s, 2) for s in seconds[name]],
+            "runs_tokens_per_s": [tokens / s for s in seconds[name]],
+            "runs_gemm_flops": around[name],
         }
         if name in counts:
             c = counts[name]
             row["steps_per_1000"] = c["steps"] * 1000 / len(texts)
             row["useful_over_computed"] = c["useful_tokens"] / c["computed_tokens"]
         results[name] = row
-    return results, vectors, {dtype: statistics.median(r) for dtype, r in rates.items()}
+    rates = {dtype: statistics.median(sample[dtype] for sample in samples) for dtype in gemm}
+    return results, vectors, rates
 
 
 def min_cosine(vectors: np.ndarray, reference: np.ndarray) -> float:
