@@ -183,8 +183,10 @@ def per_prompt_attention(
                 enable_gqa=gqa,
             )
         )
-    # One copy per layer rather than one per prompt: every copy is a parallel region, each a wait for all threads.
-    output[: bounds[-1][1]].copy_(torch.cat(parts, dim=2)[0].transpose(0, 1))
+    # One copy per layer rather than one per prompt (every copy is a parallel region, each a wait for all threads).
+    # The CPU kernel returns [1, heads, tokens, head_size] views of [tokens, heads, head_size] buffers, so the
+    # transposes below are contiguous and the concatenation lands in ``output`` as plain block copies.
+    torch.cat([part[0].transpose(0, 1) for part in parts], dim=0, out=output[: bounds[-1][1]])
 
 
 def window_mask(tokens: int, window: int, causal: bool) -> torch.Tensor:
