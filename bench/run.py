@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -88,7 +87,7 @@ def run_model(key: str, work: dict[str, list[str]], args: argparse.Namespace, ta
         gemm = {d: (lambda d=d: ingest_profile.model_gemm_rate(path, d, FULL_STEP)) for d in dtypes}
         try:
             rows, vectors, rates = workloads.ingest(
-                systems, texts, 1 if big else args.repeats, out["corpus"]["tokens"], gemm
+                systems, texts, 1 if big else args.repeats, out["corpus"]["tokens"], flops, gemm
             )
             out["model_gemm_gflops"] = {d: r / 1e9 for d, r in rates.items()}
             if key in args.profile.split(","):
@@ -109,15 +108,6 @@ def run_model(key: str, work: dict[str, list[str]], args: argparse.Namespace, ta
         for name, row in rows.items():
             row["min_cosine_vs_fp32"] = workloads.min_cosine(vectors[name][:ref_n], reference)
             row["reference_passages"] = ref_n
-            row["model_gflops"] = row["tokens_per_s"] * flops / 1e9
-            if table[name].dtype in rates:
-                # Each run against the GEMM rate measured around it, then the median over runs.
-                row["gemm_efficiency"] = statistics.median(
-                    tokens_per_s * flops / around[table[name].dtype]
-                    for tokens_per_s, around in zip(row.pop("runs_tokens_per_s"), row.pop("runs_gemm_flops"))
-                )
-            else:
-                del row["runs_tokens_per_s"], row["runs_gemm_flops"]
         out["ingest"] = rows
     if "query" in work:
         print(f"{model.label}: query latency and concurrency", flush=True)

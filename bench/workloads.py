@@ -27,16 +27,18 @@ def ingest(
     texts: list[str],
     repeats: int,
     tokens: int,
+    flops_per_token: float,
     gemm: dict[str, Callable[[], float]] | None = None,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, np.ndarray], dict[str, float]]:
-    """Embed the whole corpus ``repeats`` times per system, alternating systems between repeats; ``gemm``'s rate
-    measurements (FLOP/s per dtype) run before every ingest and after the last, and their medians come back third.
-    Each ingest is also held against the mean of the rates measured right before and after it
-    (``runs_gemm_flops``): these machines' GEMM rate drifts by tens of percent within minutes."""
+    """Embed the whole corpus ``repeats`` times per system, alternating systems between repeats. ``gemm``'s rate
+    measurements (FLOP/s per dtype) run before every ingest and after the last; each ingest of a system in one of
+    those dtypes is held against the mean of the rates right before and after it (these machines' GEMM rate drifts
+    by tens of percent within minutes), and its ``gemm_efficiency`` is the median over runs. The rates' medians
+    come back third."""
     gemm = gemm or {}
     samples: list[dict[str, float]] = []
     seconds: dict[str, list[float]] = {name: [] for name in systems}
-    around: dict[str, list[dict[str, float]]] = {name: [] for name in systems}
+    efficiency: dict[str, list[float]] = {name: [] for name in systems}
     vectors: dict[str, np.ndarray] = {}
     counts: dict[str, dict[str, int]] = {}
     for system in systems.values():
@@ -55,7 +57,9 @@ def ingest(
                 counts[name] = {k: after[k] - before[k] for k in after}
             if gemm:
                 samples.append({dtype: measure() for dtype, measure in gemm.items()})
-                around[name].append({d: (samples[-2][d] + samples[-1][d]) / 2 for d in gemm})
+                if (dtype := system.spec.dtype) in gemm:
+                    rate = (samples[-2][dtype] + samples[-1][dtype]) / 2
+                    efficiency[name].append(tokens / seconds[name][-1] * flops_per_token / rate)
             print(f"  ingest {name}: {len(texts) / seconds[name][-1]:.1f} passages/s", flush=True)
     results = {}
     for name in systems:
@@ -64,9 +68,11 @@ def ingest(
             "passages_per_s": len(texts) / median,
             "tokens_per_s": tokens / median,
             "runs_passages_per_s": [round(len(texts) / s, 2) for s in seconds[name]],
-            "runs_tokens_per_s": [tokens / s for s in seconds[name]],
-            "runs_gemm_flops": around[name],
+            "model_gflops": tokens / median * flops_per_token / 1e9,
         }
+        if efficiency[name]:
+            row["gemm_efficiency"] = statistics.median(efficiency[name])
+            row["runs_gemm_efficiency"] = [round(e, 3) for e in efficiency[name]]
         if name in counts:
             c = counts[name]
             row["steps_per_1000"] = c["steps"] * 1000 / len(texts)
