@@ -59,7 +59,8 @@ def markdown(results: dict[str, Any], tag: str) -> str:
             lines += [
                 f"**Ingest: {model['label']}**, {corpus['passages']} passages, {corpus['tokens']} tokens "
                 f"(mean {corpus['mean_tokens']:.0f}, capped at {results['settings']['max_length']}); GEMM on the "
-                f"model's own weight shapes at a 4,096-token step, measured in every repeat: {rates} GFLOP/s",
+                f"model's own weight shapes at a 4,096-token step, timed around every ingest (median): {rates} "
+                "GFLOP/s; each ingest's efficiency is held against the rates timed right before and after it",
                 "",
                 "| system | passages/s | tokens/s | x ST best | min cosine vs fp32 | model GFLOP/s "
                 "| / GEMM (model shapes) | steps / 1000 | useful / computed |",
