@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from rbln_retrieval.backend import vllm_compat
 from rbln_retrieval.engine_args import cpu_threads_env, vllm_engine_kwargs
 from rbln_retrieval.errors import EngineDeadError, EngineStartError
 from rbln_retrieval.families import ModelFamily
@@ -76,6 +77,8 @@ async def start_vllm(
             str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         )
         raise EngineStartError(f"vLLM could not start an engine for {model}: {reason}") from exc
+    finally:
+        vllm_compat.drop_import_error_tracebacks()  # vLLM's first import happened somewhere in this start
     if target == "rbln" and (note := npu_note(family.name, model)):
         logger.warning(note)
     return engine

@@ -10,6 +10,8 @@ import json
 import multiprocessing
 import shutil
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -180,6 +182,34 @@ def test_engine_processes_in_a_daemonic_process_are_refused_in_one_sentence(mini
     ):
         PoolingEngine(minilm, device="cpu", dtype="float32", in_process=False)
     assert engine_processes() == before
+
+
+FIRST_ENGINE_OF_A_PROCESS = """
+import gc, sys, weakref
+from rbln_retrieval import PoolingEngine
+
+if __name__ == "__main__":
+    engine = PoolingEngine(sys.argv[1], device="cpu", dtype="float32", in_process=False)
+    engine.embed(["hello"])
+    client = weakref.ref(engine._vllm)
+    engine.close()
+    del engine
+    gc.collect()
+    print("client alive" if client() is not None else "client freed")
+"""
+
+
+def test_a_closed_engine_is_freed_even_when_vllm_was_first_imported_during_its_start(minilm, tmp_path):
+    # vLLM keeps an import error's traceback for good, which held the frames of the start that first imported it
+    # (the AsyncLLM among their locals); the AsyncLLM's __del__ then failed at interpreter exit.
+    script = tmp_path / "first_engine.py"
+    script.write_text(FIRST_ENGINE_OF_A_PROCESS)
+    result = subprocess.run(
+        [sys.executable, str(script), str(minilm)], capture_output=True, text=True, timeout=600, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "client freed"
+    assert "Exception ignored" not in result.stderr, result.stderr[-2000:]
 
 
 # -- the caller gives up -------------------------------------------------------------------------------------------

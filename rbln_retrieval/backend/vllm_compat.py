@@ -7,10 +7,12 @@ methods too; their docstrings name each hook.)
   and real weights only; ``static_graph_loading`` takes vLLM's CPU dispatch out of a model's forward.
 - In-process engines (rbln_retrieval.inproc): several vLLM engines in one process, which vLLM's process-wide
   caches and teardown do not expect.
+- Import-time state that outlives its use (``drop_import_error_tracebacks``).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -90,3 +92,14 @@ def shutdown_keeping_distributed_groups(engine: Any) -> None:
         engine.engine_core.shutdown()
     finally:
         core_module.cleanup_dist_env_and_memory = cleanup
+
+
+def drop_import_error_tracebacks() -> None:
+    """vLLM keeps torchcodec's ImportError in a module global with its traceback, which holds every frame that was
+    on the stack when vLLM first imported its audio module, with the locals they end with: the first engine a
+    process starts (an AsyncLLM, whose ``__del__`` then fails at interpreter exit) and its PoolingEngine. Only the
+    error's message is ever used."""
+    audio = sys.modules.get("vllm.multimodal.media.audio")
+    error = getattr(audio, "_torchcodec_import_exc", None)
+    if isinstance(error, BaseException):
+        error.__traceback__ = None
