@@ -1,10 +1,9 @@
 """RemoteEngine: the PoolingEngine API against `rbln-retrieval serve` replicas (vLLM's OpenAI-compatible server).
 
-The server describes its model (family, prompts, dimensions, max length) on ``DESCRIBE_PATH``; the client reads it
-once, so a client that has only the model's name applies prompts and templates exactly as local mode does and sends
-raw text: remote results equal local ones. Inputs are cut into batches sent concurrently through
-rbln_retrieval.replicas (spread over the healthy replicas, retried elsewhere with backoff), so every input gets
-exactly one result, in input order, or the call raises.
+The client learns the served model's family from the server (rbln_retrieval.remote_model), applies prompts and
+templates exactly as local mode does and sends raw text: remote results equal local ones. Inputs are cut into
+batches sent concurrently through rbln_retrieval.replicas (spread over the healthy replicas, retried elsewhere with
+backoff), so every input gets exactly one result, in input order, or the call raises.
 """
 
 from __future__ import annotations
@@ -12,42 +11,27 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
-import logging
 import os
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
-from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import numpy as np
 
-from rbln_retrieval.errors import ModelNotSupportedError
-from rbln_retrieval.families import ModelFamily, detect_family
+from rbln_retrieval.families import ModelFamily
 from rbln_retrieval.inputs import Truncate, check_dimensions, check_query, check_truncate, chunks
 from rbln_retrieval.loop import EngineLoop
-from rbln_retrieval.model_source import resolve_model, split_reference
 from rbln_retrieval.options import EngineOptions
 from rbln_retrieval.outputs import Output, check_remote_outputs
-from rbln_retrieval.prompts import (
-    default_document_prompt,
-    default_instruction,
-    default_query_prompt,
-    embed_prefix,
-    qwen3_reranker_prompts,
-    score_method,
-)
+from rbln_retrieval.prompts import embed_prefix, qwen3_reranker_prompts, score_method
 from rbln_retrieval.ranking import rank
+from rbln_retrieval.remote_model import DESCRIBE_PATH, RemoteModel
 from rbln_retrieval.replicas import RemoteAuthError, RemoteError, Replicas
 
 __all__ = ["DESCRIBE_PATH", "RemoteAuthError", "RemoteEngine", "RemoteError"]
 
-logger = logging.getLogger(__name__)
-
 T = TypeVar("T")
 
 DEFAULT_TIMEOUT = 60.0
-# Read-only route of `rbln-retrieval serve` describing the served model (rbln_retrieval.serve); under /v1, so the
-# server's API key guards it like the rest of the API.
-DESCRIBE_PATH = "/v1/rbln-retrieval/model"
 
 # The timeout of the call in progress (None: the client's), seen by every request the call makes.
 _call_timeout: contextvars.ContextVar[float | None] = contextvars.ContextVar("rbln_remote_timeout", default=None)
@@ -83,13 +67,6 @@ class RemoteEngine:
         self.model = str(model)
         self.truncate = check_truncate(truncate)
         self.options = EngineOptions(**options)
-        # Where a hub id's config files come from, for a server that does not describe its model.
-        self._source_args: dict[str, Any] = {
-            "revision": revision,
-            "cache_folder": cache_folder,
-            "token": token,
-            "local_files_only": local_files_only,
-        }
         self._replicas = Replicas(
             urls,
             api_key=api_key if api_key is not None else os.environ.get("RBLN_API_KEY"),
@@ -98,66 +75,20 @@ class RemoteEngine:
         )
         self._batch_size = batch_size
         self._loop = EngineLoop("rbln-retrieval-remote")
-        self._served_model: str | None = None
-        self._family: ModelFamily | None = None
+        source_args = {
+            "revision": revision,
+            "cache_folder": cache_folder,
+            "token": token,
+            "local_files_only": local_files_only,
+        }
+        self._remote = RemoteModel(self.model, self.options, self._replicas, source_args)
         self._closed = False
 
     @property
     def family(self) -> ModelFamily:
         """The served model's family, read from the server on first use."""
-        return self._family if self._family is not None else self._run(self._described())
-
-    async def _described(self) -> ModelFamily:
-        if self._family is None:
-            answered, served = await self._server_family()
-            if not answered:  # no replica up: the call fails in _post with the usual error; ask again next time
-                return self._checked_family(None, warn=False)
-            self._family = self._checked_family(served)
-        return self._family
-
-    async def _server_family(self) -> tuple[bool, ModelFamily | None]:
-        """(whether a replica answered, the family it describes or None for a server without the route)."""
-        answered, description = await self._replicas.get_first(DESCRIBE_PATH)
-        if description is None:
-            return answered, None
-        try:
-            return True, ModelFamily(**description["family"])
-        except (KeyError, TypeError):  # not our description: as if no replica had answered
-            return False, None
-
-    def _checked_family(self, served: ModelFamily | None, warn: bool = True) -> ModelFamily:
-        wanted = self.options.family
-        if served is not None:
-            if wanted is not None and wanted != served.name:
-                raise ValueError(
-                    f"family={wanted!r} was requested, but the server serves {self.model} as {served.name!r}."
-                )
-            if self.options.max_length and self.options.max_length != served.max_length:
-                served = dataclasses.replace(served, max_length=min(served.max_length, self.options.max_length))
-            return served
-        try:
-            source = resolve_model(self.model, weights=False, **self._source_args)
-        except ModelNotSupportedError as exc:
-            logger.info("%s Prompts come only from the family's defaults and explicit instructions.", exc)
-        else:
-            return detect_family(source.path, max_length=self.options.max_length, family=wanted)
-        if wanted is None and warn:
-            logger.warning(
-                "The server does not describe %s and family is unset: treating it as a bi-encoder. Pass family= "
-                "if it is a reranker or Qwen3-Embedding.",
-                self.model,
-            )
-        # Without the model files, prompts come only from the family's defaults and explicit instructions.
-        return ModelFamily(
-            name=wanted or "bi-encoder",
-            architecture="remote",
-            hidden_size=0,
-            max_length=self.options.max_length or 0,
-            default_instruction=default_instruction(wanted or ""),
-            query_prompt=default_query_prompt(wanted or ""),
-            document_prompt=default_document_prompt(wanted or ""),
-            matryoshka=wanted in ("qwen3-embedding", "nomic", "embeddinggemma"),
-        )
+        known = self._remote.family
+        return known if known is not None else self._run(self._remote.described())
 
     def __repr__(self) -> str:  # never shows the API key
         return f"RemoteEngine(model={self.model!r}, replicas={self._replicas.urls})"
@@ -195,7 +126,7 @@ class RemoteEngine:
     @property
     def dimension(self) -> int:
         if not self.family.hidden_size:
-            self._family = dataclasses.replace(self.family, hidden_size=self.embed([""]).shape[1])
+            self._remote.family = dataclasses.replace(self.family, hidden_size=self.embed([""]).shape[1])
         return self.family.hidden_size
 
     # -- public API (same signatures as PoolingEngine) ----------------------------------------------------------
@@ -332,7 +263,7 @@ class RemoteEngine:
         what: str = "texts",
         output: Any = "dense",
     ) -> Any:
-        family = await self._described()  # never the sync property here: it would wait on this very loop
+        family = await self._remote.described()  # never the sync property here: it would wait on this very loop
         if not (isinstance(output, str) and output == "dense") or family.late_interaction_only:
             outputs = check_remote_outputs(output, family=family.name, model=self.model)
             return {outputs[0]: await self._embed(texts, kind, instruction, dimensions, normalize, truncate, what)}
@@ -353,7 +284,7 @@ class RemoteEngine:
             return np.zeros((0, dimensions or family.hidden_size), dtype=np.float32)
 
         async def batch(items: list[str]) -> list[list[float]]:
-            data = (await self._post_model("/v1/embeddings", {**payload, "input": items}))["data"]
+            data = (await self._post("/v1/embeddings", {**payload, "input": items}))["data"]
             return [row["embedding"] for row in sorted(data, key=lambda row: row["index"])]
 
         return np.asarray(await self._batched(prompts, batch), dtype=np.float32)
@@ -362,7 +293,7 @@ class RemoteEngine:
         self, query: str, documents: Iterable[str], instruction: str | None, truncate: Truncate, output: str = "dense"
     ) -> list[float]:
         query = check_query(query)
-        family = await self._described()
+        family = await self._remote.described()
         if output != "dense" or family.late_interaction_only:  # late interaction needs multi-vectors, not served
             late = "multi_vector" if output == "dense" else output
             check_remote_outputs(late, family=family.name, model=self.model)
@@ -379,14 +310,14 @@ class RemoteEngine:
 
             async def batch(items: list[str]) -> list[float]:
                 body = {"input": items, "add_special_tokens": False, **self._truncation(family, truncate)}
-                data = (await self._post_model("/classify", body))["data"]
+                data = (await self._post("/classify", body))["data"]
                 return [row["probs"][0] for row in sorted(data, key=lambda row: row["index"])]
 
             return [float(s) for s in await self._batched(prompts, batch)]
 
         async def pairs(items: list[str]) -> list[float]:
             body = {"queries": query, "documents": items, **self._truncation(family, truncate)}
-            data = (await self._post_model("/score", body))["data"]
+            data = (await self._post("/score", body))["data"]
             return [row["score"] for row in sorted(data, key=lambda row: row["index"])]
 
         return [float(s) for s in await self._batched(docs, pairs)]
@@ -403,23 +334,6 @@ class RemoteEngine:
             raise RemoteError(f"The server returned {len(out)} results for {len(items)} inputs.")
         return out
 
-    @property
-    def _name(self) -> str:
-        """The name a server started with this model serves it under: a hub id without its ``@revision``."""
-        return self.model if Path(self.model).is_dir() else split_reference(self.model)[0]
-
-    async def _post_model(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST ``body`` for this model, with the timeout of the call in progress."""
-        return await self._replicas.post(path, {"model": await self._model_id(), **body}, _call_timeout.get())
-
-    async def _model_id(self) -> str:
-        """The name the server serves the model under (it may differ from the path this client was given)."""
-        if self._served_model is None:
-            answered, listing = await self._replicas.get_first("/v1/models")
-            if answered:
-                try:
-                    models = listing["data"] if listing is not None else []
-                except (KeyError, TypeError):
-                    models = []
-                self._served_model = models[0]["id"] if len(models) == 1 else self._name
-        return self._served_model or self._name
+        return await self._remote.post(path, body, _call_timeout.get())

@@ -23,7 +23,7 @@ from rbln_retrieval.model_files import check_weights
 from rbln_retrieval.model_source import SOURCE_ARGS, ModelSource
 from rbln_retrieval.options import EngineOptions
 from rbln_retrieval.quiet import quiet_vllm
-from rbln_retrieval.remote import DESCRIBE_PATH
+from rbln_retrieval.remote_model import DESCRIBE_PATH
 
 
 def describe(model: str, family: ModelFamily) -> dict[str, Any]:
