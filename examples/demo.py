@@ -4,7 +4,12 @@ Ingests the topic pages of the Python documentation (examples/data, PSF License 
 collection, answers a few questions (retrieve, then rerank), and evaluates recall@1/@5 and MRR on the labeled
 queries in examples/data/queries.jsonl next to the same pipeline run with sentence-transformers.
 
-    python examples/demo.py [--data-dir .demo-data] [--fresh]
+    python examples/demo.py [--data-dir .demo-data] [--fresh] [--dtype auto|float32|bfloat16]
+
+The verdict is what the engine's compute dtype can honestly claim against the float32 reference
+(rbln_retrieval.precision): every passage and query vector within the dtype's cosine bound, every rerank score
+within its score bound, rankings equal up to near-ties that bound cannot resolve, and recall/MRR equal up to the
+queries such a tie decides. It exits 1 only when one of these fails.
 """
 
 from __future__ import annotations
@@ -81,6 +86,12 @@ class Store:
         # The fingerprint goes in last: a run interrupted while adding leaves a collection that is not ready.
         self.collection.modify(metadata={**self.meta, "fingerprint": self.fingerprint, **stats})
 
+    def vectors(self, ids: list[str]) -> np.ndarray:
+        """The stored vectors of ``ids``, in that order."""
+        found = self.collection.get(ids=ids, include=["embeddings"])
+        by_id = dict(zip(found["ids"], found["embeddings"]))
+        return np.array([by_id[i] for i in ids], dtype=np.float32)
+
     def query(self, vector: np.ndarray, k: int) -> list[tuple[str, str]]:
         """(passage id, text) of the k nearest passages by cosine similarity, nearest first."""
         found = self.collection.query(query_embeddings=[vector], n_results=k, include=["documents"])
@@ -109,6 +120,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", type=Path, default=ROOT / ".demo-data", help="where Chroma keeps its files")
     parser.add_argument("--fresh", action="store_true", help="delete the stored collections and embed again")
+    parser.add_argument(
+        "--dtype", choices=("auto", "float32", "bfloat16"), default="auto", help="the engine's compute dtype"
+    )
     args = parser.parse_args(argv)
     quiet_startup()
     if args.fresh:
@@ -127,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     start = time.perf_counter()
     # vLLM's per-shard loading bar is noise for a one-file model.
-    engine = PoolingEngine(model, device="auto")
+    engine = PoolingEngine(model, device="auto", dtype=args.dtype)
     try:
         return _run(engine, time.perf_counter() - start, args.data_dir, model, corpus)
     finally:
@@ -137,11 +151,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(engine, start_s: float, data_dir: Path, model: str, corpus: list[Passage]) -> int:
     _row(
         "engine",
-        f"started in {start_s:.1f} s (runner={engine.options.runner}, {engine.device}, {engine.dimension} dims)",
+        f"started in {start_s:.1f} s (runner={engine.options.runner}, {engine.device}, {engine.dtype}, "
+        f"{engine.dimension} dims)",
     )
     ours = Pipeline(
         "rbln-retrieval",
-        Store.open(data_dir, "python-docs-rbln", corpus),
+        # one collection per dtype: a bfloat16 run never reuses float32 vectors, nor the other way round
+        Store.open(data_dir, f"python-docs-rbln-{engine.dtype}", corpus),
         lambda q: engine.embed([q], kind="query")[0],
         lambda q, texts: engine.rerank(q, texts),
     )
@@ -160,7 +176,7 @@ def _run(engine, start_s: float, data_dir: Path, model: str, corpus: list[Passag
         _answer(ours, question, corpus)
 
     reference = _sentence_transformers_pipeline(model, data_dir, corpus)
-    return 0 if _evaluate([ours, reference]) else 1
+    return 0 if _evaluate(ours, reference, engine.dtype, corpus) else 1
 
 
 def _row(label: str, text: str) -> None:
@@ -231,8 +247,27 @@ def _sentence_transformers_pipeline(model: str, data_dir: Path, corpus: list[Pas
     return Pipeline("sentence-transformers", store, lambda q: encode([q])[0], rerank)
 
 
-def _evaluate(pipelines: list[Pipeline]) -> bool:
-    """Print recall@1/@5, MRR and latency per pipeline; True when every pipeline ranks every query alike."""
+@dataclass
+class Answers:
+    """One pipeline's answers to the labeled queries: per query the reranked (passage id, score) pairs, best first,
+    and the rank of the first passage from an answering page (None: not among the candidates)."""
+
+    ranked: list[list[tuple[str, float]]]
+    ranks: list[int | None]
+
+    def quality(self) -> tuple[float, float, float]:
+        """(recall@1, recall@5, MRR)."""
+        n = len(self.ranks)
+        return (
+            sum(r == 1 for r in self.ranks) / n,
+            sum(r is not None and r <= 5 for r in self.ranks) / n,
+            sum(1 / r for r in self.ranks if r) / n,
+        )
+
+
+def _evaluate(ours: Pipeline, reference: Pipeline, dtype: str, corpus: list[Passage]) -> bool:
+    """Print recall@1/@5, MRR and latency per pipeline, then the verdict; True when ``ours`` agrees with the
+    float32 reference within what ``dtype`` can resolve."""
     queries = load_queries()
     print(f"\nevaluation: {len(queries)} labeled queries (examples/data/queries.jsonl); a query's rank is that of the")
     print(f"first passage from a page that answers it, among the top {CANDIDATES} retrieved and reranked")
@@ -240,33 +275,110 @@ def _evaluate(pipelines: list[Pipeline]) -> bool:
         f"  {'pipeline':<22} {'recall@1':>8} {'recall@5':>8} {'MRR':>6}   {'retrieve p50/p95':>16}  "
         f"{'rerank p50/p95':>14}"
     )
-    rankings = []
-    for pipeline in pipelines:
-        ranks, retrieve, rerank, ranked_ids = [], [], [], []
+    answers = []
+    for pipeline in (ours, reference):
+        ranked, ranks, retrieve, rerank = [], [], [], []
         for labeled in queries:
-            ranked, retrieve_s, rerank_s = pipeline.search(labeled.query)
-            docs = [pid.rsplit(":", 1)[0] for pid, _ in ranked]
+            hits, retrieve_s, rerank_s = pipeline.search(labeled.query)
+            docs = [pid.rsplit(":", 1)[0] for pid, _ in hits]
             ranks.append(next((n for n, doc in enumerate(docs, 1) if doc in labeled.relevant), None))
+            ranked.append(hits)
             retrieve.append(retrieve_s * 1000)
             rerank.append(rerank_s * 1000)
-            ranked_ids.append(ranked)
-        rankings.append(ranked_ids)
-        n = len(ranks)
+        answers.append(Answers(ranked, ranks))
+        recall1, recall5, mrr = answers[-1].quality()
         print(
-            f"  {pipeline.name:<22} {sum(r == 1 for r in ranks) / n:>8.3f} "
-            f"{sum(r is not None and r <= 5 for r in ranks) / n:>8.3f} "
-            f"{sum(1 / r for r in ranks if r) / n:>6.3f}   {_p50_p95(retrieve):>16}  {_p50_p95(rerank):>14}"
+            f"  {pipeline.name:<22} {recall1:>8.3f} {recall5:>8.3f} {mrr:>6.3f}   {_p50_p95(retrieve):>16}  "
+            f"{_p50_p95(rerank):>14}"
         )
-    same = sum(
-        all([pid for pid, _ in r[q]] == [pid for pid, _ in rankings[0][q]] for r in rankings)
-        for q in range(len(queries))
+    ids = [p.id for p in corpus]
+    passage_cosines = _row_cosines(ours.store.vectors(ids), reference.store.vectors(ids))
+    texts = [q.query for q in queries]
+    query_cosines = _row_cosines(
+        np.stack([ours.embed_query(t) for t in texts]), np.stack([reference.embed_query(t) for t in texts])
     )
-    worst = max(
-        abs(a[1] - b[1]) for r in rankings[1:] for q in range(len(queries)) for a, b in zip(r[q], rankings[0][q])
+    lines, agree = judge(answers[0], answers[1], passage_cosines, query_cosines, dtype)
+    print(f"\nverdict: {ours.name} in {dtype} against {reference.name} in float32, at {dtype}'s bounds")
+    for line in lines:
+        print("  " + line)
+    return agree
+
+
+def _row_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+def judge(
+    ours: Answers, reference: Answers, passage_cosines: np.ndarray, query_cosines: np.ndarray, dtype: str
+) -> tuple[list[str], bool]:
+    """(report lines, agree) for ``ours`` computed in ``dtype`` against the float32 ``reference``.
+
+    Each check is what the dtype's bounds (rbln_retrieval.precision) let us claim: every vector within its cosine
+    bound; every score of a passage both rerank within its score bound; a passage ranked in only one top list
+    within that bound of the other list's last score (the reference would have scored it no higher); two
+    passages in swapped order can only be a near-tie once the scores are within bound, so a query whose lists
+    differ is "tied", and recall/MRR may differ by at most the share of tied queries.
+    """
+    from rbln_retrieval.precision import MIN_COSINE, score_bound
+
+    bound, min_cosine = score_bound(dtype), MIN_COSINE[dtype]
+    checks: list[tuple[str, bool]] = []
+    worst_passage, worst_query = float(passage_cosines.min()), float(query_cosines.min())
+    checks.append(
+        (
+            f"vectors   min cosine {worst_passage:.6f} over {len(passage_cosines)} passages, {worst_query:.6f} over "
+            f"{len(query_cosines)} queries (bound >= {min_cosine})",
+            min(worst_passage, worst_query) >= min_cosine,
+        )
     )
-    verdict = "agree" if same == len(queries) else "DISAGREE"
-    print(f"  {verdict}: identical rankings on {same}/{len(queries)} queries, largest score difference {worst:.1e}")
-    return same == len(queries)
+    worst_score, pairs, tied, beyond = 0.0, 0, 0, []
+    for q, (mine, theirs) in enumerate(zip(ours.ranked, reference.ranked)):
+        mine_scores, their_scores = dict(mine), dict(theirs)
+        for pid in mine_scores.keys() & their_scores.keys():
+            worst_score = max(worst_score, abs(mine_scores[pid] - their_scores[pid]))
+            pairs += 1
+        # Only in one list: it must have been within bound of making the other list's cut.
+        for only, scores, cut in (
+            (mine_scores.keys() - their_scores.keys(), mine_scores, min(their_scores.values())),
+            (their_scores.keys() - mine_scores.keys(), their_scores, min(mine_scores.values())),
+        ):
+            beyond += [
+                f"query {q + 1}: {pid} at {scores[pid]:.4f}, the cut at {cut:.4f}"
+                for pid in only
+                if scores[pid] > cut + bound
+            ]
+        tied += [pid for pid, _ in mine] != [pid for pid, _ in theirs]
+    checks.append(
+        (
+            f"scores    largest difference {worst_score:.1e} over {pairs} passages both reranked (bound {bound:.1e})",
+            worst_score <= bound,
+        )
+    )
+    n = len(ours.ranked)
+    checks.append(
+        (
+            f"rankings  identical on {n - tied}/{n} queries; the other {tied} differ only by near-ties"
+            + (f", except {'; '.join(beyond)}" if beyond else ""),
+            not beyond,
+        )
+    )
+    deltas = [a - b for a, b in zip(ours.quality(), reference.quality())]
+    margin = tied / n
+    checks.append(
+        (
+            "quality   recall@1 {:+.3f}, recall@5 {:+.3f}, MRR {:+.3f}".format(*deltas)
+            + f" (margin {tied}/{n} = {margin:.3f}: the tied queries)",
+            all(abs(d) <= margin + 1e-12 for d in deltas),
+        )
+    )
+    agree = all(ok for _, ok in checks)
+    lines = [f"{text}  {'ok' if ok else 'FAIL'}" for text, ok in checks]
+    lines.append(
+        f"agree: identical rankings on {n - tied}/{n} queries, every difference within {dtype}'s bounds"
+        if agree
+        else f"DISAGREE: a difference beyond {dtype}'s bounds (FAIL above): a defect, not rounding"
+    )
+    return lines, agree
 
 
 def _version(name: str) -> str:

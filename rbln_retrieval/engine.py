@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 
 from rbln_retrieval.backend.config import compile_only
 from rbln_retrieval.device import resolve_device
+from rbln_retrieval.engine_args import resolve_dtype
 from rbln_retrieval.families import ModelFamily, check_remote_code, detect_family
 from rbln_retrieval.inputs import Truncate, check_dimensions, check_query, check_truncate, chunks
 from rbln_retrieval.loop import EngineLoop
@@ -146,6 +147,12 @@ class PoolingEngine:
     @property
     def dimension(self) -> int:
         return self.family.hidden_size
+
+    @property
+    def dtype(self) -> str:
+        """The compute dtype ``dtype="auto"`` resolved to on the CPU ("float32" or "bfloat16"; on an NPU, the
+        option as given): the bounds of rbln_retrieval.precision apply to it."""
+        return resolve_dtype(self.options.dtype, self.device)
 
     # -- public sync API ---------------------------------------------------------------------------------------
     def embed(

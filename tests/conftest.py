@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from tolerances import BF16_OPTIONS
 
 from rbln_retrieval import PoolingEngine
 
@@ -10,6 +11,12 @@ from rbln_retrieval import PoolingEngine
 @pytest.fixture(scope="session")
 def minilm_engine(minilm) -> PoolingEngine:
     return PoolingEngine.shared(minilm, device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="session")
+def minilm_bf16_engine(minilm) -> PoolingEngine:
+    """all-MiniLM-L6-v2 in bfloat16 (explicitly, on every CPU class) for the tests of the bfloat16 path."""
+    return PoolingEngine.shared(minilm, **BF16_OPTIONS)
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -13,8 +14,8 @@ from pathlib import Path
 import httpx
 
 SERVE = (
-    "import sys; from rbln_retrieval.serve import serve; "
-    "sys.exit(serve(sys.argv[1], port=int(sys.argv[2]), device='cpu', dtype='float32'))"
+    "import json, sys; from rbln_retrieval.serve import serve; "
+    "sys.exit(serve(sys.argv[1], port=int(sys.argv[2]), device='cpu', **json.loads(sys.argv[3])))"
 )
 
 
@@ -25,7 +26,15 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, model: Path | str, log: Path, api_key: str | None = None, env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        model: Path | str,
+        log: Path,
+        api_key: str | None = None,
+        env: dict[str, str] | None = None,
+        options: dict | None = None,
+    ):
+        """A server of ``model`` on the CPU with ``options`` (serve()'s; default: float32)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
@@ -33,7 +42,7 @@ class Server:
         env.pop("RBLN_API_KEY", None) if api_key is None else None
         self._log_file = log.open("wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-c", SERVE, str(model), str(self.port)],
+            [sys.executable, "-c", SERVE, str(model), str(self.port), json.dumps(options or {"dtype": "float32"})],
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
             env=env,

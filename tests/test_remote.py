@@ -11,6 +11,7 @@ import pytest
 from corpus import mixed_length, passages
 from model_builders import HUB_MINILM
 from servers import Server
+from tolerances import BF16_OPTIONS, BF16_SCORE, assert_bf16_close_to_float32, assert_bf16_paths_agree
 
 from rbln_retrieval import PoolingEngine, get_engine
 from rbln_retrieval.remote import RemoteAuthError, RemoteEngine, RemoteError
@@ -23,8 +24,8 @@ QUERY = "How are exceptions raised and handled in Python?"
 
 @pytest.fixture(scope="module")
 def servers(minilm, tiny_models, tmp_path_factory, hub_cache):
-    """Two MiniLM replicas, MiniLM by its Hugging Face id (offline, from hub_cache) and one server per tiny
-    reranker/Qwen3 family, all behind the same API key."""
+    """Two MiniLM replicas, MiniLM by its Hugging Face id (offline, from hub_cache), MiniLM in bfloat16 and one
+    server per tiny reranker/Qwen3 family, all behind the same API key."""
     logs = tmp_path_factory.mktemp("server-logs")
     models = {
         "minilm-a": minilm,
@@ -32,10 +33,10 @@ def servers(minilm, tiny_models, tmp_path_factory, hub_cache):
         "minilm-id": f"{HUB_MINILM}@main",
         **{name: tiny_models[name] for name in ("qwen3-embedding", "qwen3-reranker", "bert-cross-encoder")},
     }
-    started = {
-        name: Server(path, logs / f"{name}.log", api_key=API_KEY, env={"HF_HUB_CACHE": str(hub_cache)})
-        for name, path in models.items()
-    }
+    env = {"HF_HUB_CACHE": str(hub_cache)}
+    started = {name: Server(path, logs / f"{name}.log", api_key=API_KEY, env=env) for name, path in models.items()}
+    bf16 = {k: v for k, v in BF16_OPTIONS.items() if k != "device"}
+    started["minilm-bf16"] = Server(minilm, logs / "minilm-bf16.log", api_key=API_KEY, env=env, options=bf16)
     try:
         for server in started.values():
             server.wait_ready()
@@ -72,6 +73,18 @@ def test_remote_embed_equals_local_for_documents_and_queries(servers, minilm, mi
             i for i, _ in minilm_engine.rerank(QUERY, texts[:20], top_n=5)
         ]
         assert remote.embed([]).shape == (0, 384)
+
+
+def test_a_bfloat16_server_equals_local_bfloat16_within_its_bounds(servers, minilm, minilm_bf16_engine, minilm_engine):
+    """remote == local in bfloat16: another process and other batches, so equal within two paths' bound, and
+    within the promise of float32."""
+    texts = mixed_length(40)[::2]
+    with _remote(minilm, servers["minilm-bf16"].url) as remote:
+        vectors = remote.embed(texts)
+        assert_bf16_paths_agree(vectors, minilm_bf16_engine.embed(texts))
+        assert_bf16_close_to_float32(vectors, minilm_engine.embed(texts))
+        scores = np.array(remote.score(QUERY, texts))
+        assert np.abs(scores - np.array(minilm_engine.score(QUERY, texts))).max() <= BF16_SCORE
 
 
 def test_remote_qwen3_embedding_applies_the_query_instruction_like_local(servers, tiny_models):

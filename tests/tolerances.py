@@ -9,7 +9,12 @@ bound; blocked and vectorized kernels do better, never worse).
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import torch
+
+from rbln_retrieval.precision import MIN_COSINE, score_bound, unit_distance
 
 FLOAT32_EPS = torch.finfo(torch.float32).eps  # 1.19e-7
 
@@ -33,3 +38,48 @@ def rounding_bound(reference: torch.Tensor, roundings: int, reduced_terms: int =
     info = torch.finfo(reference.dtype)
     relative = roundings * info.eps / 2 + reduced_terms * FLOAT32_EPS
     return relative * reference.double().abs() + info.tiny
+
+
+# bfloat16 matmuls (pooling and normalization in float32) against float32: the README's promise, a cosine
+# (rbln_retrieval.precision). Two bfloat16 paths of one model (another batch composition, so other GEMM blocking
+# and other roundings; another process) are each within that angle of float32, so within twice it of each other.
+BF16_MIN_COSINE = MIN_COSINE["bfloat16"]
+# The bfloat16 engines' options in tests: steps of at most 1024 tokens keep warmup short where bf16 is emulated.
+BF16_OPTIONS = {
+    "device": "cpu",
+    "dtype": "bfloat16",
+    "engine_kwargs": {"additional_config": {"rbln_retrieval": {"max_num_batched_tokens": 1024}}},
+}
+BF16_BETWEEN_PATHS_MIN_COSINE = math.cos(2 * math.acos(BF16_MIN_COSINE))  # 0.9996
+BF16_BETWEEN_PATHS = 2 * unit_distance("bfloat16")  # on each component of a unit vector: 0.028
+BF16_SCORE = score_bound("bfloat16")  # a cosine score against float32's: 0.028
+
+
+def min_row_cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(((a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)).min())
+
+
+def assert_bf16_close_to_float32(got: np.ndarray, want_fp32: np.ndarray) -> None:
+    """``got`` (bfloat16) within the promised cosine of the float32 computation ``want_fp32``, row by row."""
+    assert np.shape(got) == np.shape(want_fp32)
+    cosine = min_row_cosine(got, want_fp32)
+    assert cosine >= BF16_MIN_COSINE, f"min cosine {cosine:.6f} against float32 < {BF16_MIN_COSINE}"
+
+
+def assert_bf16_paths_agree(got: np.ndarray, want: np.ndarray) -> None:
+    """Two bfloat16 computations of the same unit vectors (other path, batching or process)."""
+    assert np.shape(got) == np.shape(want)
+    cosine = min_row_cosine(got, want)
+    assert cosine >= BF16_BETWEEN_PATHS_MIN_COSINE, f"min cosine {cosine:.6f} < {BF16_BETWEEN_PATHS_MIN_COSINE:.6f}"
+    np.testing.assert_allclose(got, want, atol=BF16_BETWEEN_PATHS, rtol=0)
+
+
+def assert_matches_local(got: np.ndarray, local_fp32: np.ndarray, dtype: str, atol: float) -> None:
+    """Vectors computed in ``dtype`` (what "auto" resolved to) against the local float32 engine's: equal within
+    ``atol`` in float32, within the promised cosine in bfloat16."""
+    if dtype == "float32":
+        np.testing.assert_allclose(got, local_fp32, atol=atol, rtol=0)
+    else:
+        assert dtype == "bfloat16", dtype
+        assert_bf16_close_to_float32(got, local_fp32)

@@ -1,0 +1,38 @@
+"""`make demo` as a new user runs it: exit 0, the dtype it ran in, and a verdict at that dtype's bounds (bfloat16
+on CPUs with AVX512_BF16, float32 elsewhere; tests/backend/test_bfloat16.py judges real bfloat16 answers on every
+CPU class)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rbln_retrieval.engine_args import resolve_dtype
+
+pytestmark = pytest.mark.slow
+
+DEMO = Path(__file__).resolve().parent.parent / "examples" / "demo.py"
+
+
+def test_the_demo_agrees_in_the_dtype_auto_picks_and_reuses_its_store(tmp_path):
+    dtype = resolve_dtype("auto", "cpu")
+    first = subprocess.run(
+        [sys.executable, str(DEMO), "--data-dir", str(tmp_path)], capture_output=True, text=True, timeout=1200
+    )
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert "Traceback" not in first.stderr, first.stderr[-3000:]
+    out = first.stdout
+    assert f"verdict: rbln-retrieval in {dtype} against sentence-transformers in float32" in out, out
+    checks = [line.strip() for line in out.splitlines() if line.strip().endswith((" ok", " FAIL"))]
+    assert [c.split()[0] for c in checks] == ["vectors", "scores", "rankings", "quality"], out
+    assert all(c.endswith(" ok") for c in checks), out
+    assert "\n  agree: " in out and "DISAGREE" not in out
+    # A second run reuses both stores (the collection of this dtype) and reaches the same verdict.
+    second = subprocess.run(
+        [sys.executable, str(DEMO), "--data-dir", str(tmp_path)], capture_output=True, text=True, timeout=1200
+    )
+    assert second.returncode == 0, second.stdout[-3000:]
+    assert f"reusing Chroma collection 'python-docs-rbln-{dtype}'" in second.stdout, second.stdout
