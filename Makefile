@@ -5,10 +5,10 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TORCH_DEVICE_BACKEND_AUTOLOAD := 0
 
-INSTALL_INPUTS := scripts/install.sh scripts/vllm_requirements.py $(wildcard requirements/*.txt) pyproject.toml \
+INSTALL_INPUTS := scripts/install.sh scripts/pinned_requirements.py $(wildcard requirements/*.txt) pyproject.toml \
 	integrations/langchain/pyproject.toml $(wildcard integrations/llama_index/*/pyproject.toml)
 
-.PHONY: install demo lint format test test-fast test-ray test-avx2 bench bench-backend clean
+.PHONY: install demo lint format docs test test-fast test-ray test-avx2 bench bench-backend clean
 install: $(STAMP)
 
 $(STAMP): $(INSTALL_INPUTS)
@@ -27,6 +27,10 @@ lint: install
 format: install
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
+
+# The docs site (mkdocs.yml, docs/) into site/: warnings, broken internal links and anchors fail the build.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 test: install
 	$(PY) -m pytest

@@ -12,6 +12,10 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+# vllm-rbln (installed, as on an NPU host) activates its platform on any bare vLLM import, and that platform needs
+# rebel-compiler, which this environment cannot have: test modules that import vLLM directly get vLLM's CPU
+# platform. Engines scope VLLM_PLUGINS themselves; test_rbln_target starts one in a process without this.
+os.environ.setdefault("VLLM_PLUGINS", "")
 
 from model_builders import (
     BUILDERS,

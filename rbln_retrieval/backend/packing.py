@@ -84,8 +84,9 @@ class PackingScheduler(Scheduler):
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         # Pooling requests finish in the step that computes them; with requests still running (another
-        # workload) their share of the budget is unknown here, and FCFS is left as it is.
-        if self.policy != SchedulingPolicy.FCFS or self.running or len(self.waiting) < 2:
+        # workload) their share of the budget is unknown here, and FCFS is left as it is. So it is while vLLM
+        # holds requests it skipped in an earlier step (its second queue), which it merges by arrival.
+        if self.policy != SchedulingPolicy.FCFS or self.running or self.skipped_waiting or len(self.waiting) < 2:
             return super().schedule(*args, **kwargs)
         largest = self.max_num_scheduled_tokens
         window = [_tokens(r) for r in itertools.islice(self.waiting, LOOKAHEAD)]

