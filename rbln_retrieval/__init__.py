@@ -1,5 +1,13 @@
 """rbln-retrieval: embeddings and rerankers on Rebellions RBLN NPUs (and the CPU) through a bundled vLLM backend."""
 
+import os as _os
+from importlib.util import find_spec as _find_spec
+
+# torch-rbln registers itself on `import torch` and makes that import fail where rebel-compiler is absent (a CPU or
+# compile-only host with the SDK's Python packages): with no runtime there is nothing to load.
+if _find_spec("torch_rbln") is not None and _find_spec("rebel") is None:
+    _os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+
 from rbln_retrieval.connect import get_engine
 from rbln_retrieval.engine import PoolingEngine
 from rbln_retrieval.errors import (

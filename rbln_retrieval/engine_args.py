@@ -90,8 +90,11 @@ def _stock_kwargs(
         "convert": family.pooling_task,
         "dtype": dtype,
         "max_model_len": family.max_length,
-        # Encoders are not chunked: a step must hold a whole prompt.
+        # A step holds whole prompts (encoders are never chunked). Causal pooling models would be: vLLM 0.30's
+        # scheduler then keeps part-prefilled prompts' blocks across steps and, with the cache sized below, never
+        # finishes a call of 40 mixed-length texts (the stock runner stepped without end on Qwen3-Reranker).
         "max_num_batched_tokens": max_num_batched_tokens,
+        "enable_chunked_prefill": False,
         # Pooling requests finish in the step that schedules them: the cache only ever holds one step's tokens.
         # (vLLM's CPU default reserves a fraction of all memory, which fails once a few engines are running.)
         "kv_cache_memory_bytes": _kv_cache_bytes(family, max_num_batched_tokens),
