@@ -1,7 +1,7 @@
 """rbln-retrieval: embeddings and rerankers on Rebellions RBLN NPUs (and the CPU) through a bundled vLLM backend."""
 
-from rbln_retrieval.connect import get_engine
-from rbln_retrieval.engine import PoolingEngine
+from rbln_retrieval.engines.options import EngineOptions
+from rbln_retrieval.engines.protocol import RetrievalEngine
 from rbln_retrieval.errors import (
     DeviceUnavailableError,
     EngineDeadError,
@@ -10,12 +10,12 @@ from rbln_retrieval.errors import (
     ModelNotSupportedError,
     RBLNRetrievalError,
 )
-from rbln_retrieval.families import ModelFamily, detect_family
-from rbln_retrieval.model_source import ModelSource, resolve_model
-from rbln_retrieval.options import EngineOptions
-from rbln_retrieval.protocol import RetrievalEngine
-from rbln_retrieval.ranking import rank
-from rbln_retrieval.shared import EngineHolder
+from rbln_retrieval.frameworks.connect import get_engine
+from rbln_retrieval.frameworks.settings import EngineHolder
+from rbln_retrieval.local.engine import PoolingEngine
+from rbln_retrieval.models.families import ModelFamily, detect_family
+from rbln_retrieval.models.source import ModelSource, resolve_model
+from rbln_retrieval.results.ranking import rank
 
 __all__ = [
     "DeviceUnavailableError",

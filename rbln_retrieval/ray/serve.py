@@ -31,8 +31,8 @@ class PoolingServer:
         from vllm.entrypoints.launchers.app import build_app
 
         from rbln_retrieval import backend
-        from rbln_retrieval.engine_args import cpu_threads_env
-        from rbln_retrieval.serve import server_args
+        from rbln_retrieval.local.engine_args import cpu_threads_env
+        from rbln_retrieval.server.serve import server_args
 
         announce_placement("serve replica")
         args, target = server_args(model, api_key=api_key, **options)

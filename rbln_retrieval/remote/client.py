@@ -1,9 +1,9 @@
 """RemoteEngine: the PoolingEngine API against `rbln-retrieval serve` replicas (vLLM's OpenAI-compatible server).
 
-The client learns the served model's family from the server (rbln_retrieval.remote_model), applies prompts and
-templates exactly as local mode does and sends raw text: remote results equal local ones. Inputs are cut into
-batches sent concurrently through rbln_retrieval.replicas (spread over the healthy replicas, retried elsewhere with
-backoff), so every input gets exactly one result, in input order, or the call raises.
+The client learns the served model's family from the server (rbln_retrieval.remote.served_model), applies prompts
+and templates exactly as local mode does and sends raw text: remote results equal local ones. Inputs are cut into
+batches sent concurrently through rbln_retrieval.remote.replicas (spread over the healthy replicas, retried elsewhere
+with backoff), so every input gets exactly one result, in input order, or the call raises.
 """
 
 from __future__ import annotations
@@ -17,15 +17,16 @@ from typing import Any, Literal, TypeVar
 
 import numpy as np
 
-from rbln_retrieval.families import ModelFamily
-from rbln_retrieval.inputs import Truncate, check_dimensions, check_query, check_truncate, chunks
-from rbln_retrieval.loop import EngineLoop
-from rbln_retrieval.options import EngineOptions
-from rbln_retrieval.outputs import Output, check_remote_outputs
-from rbln_retrieval.prompts import embed_prefix, qwen3_reranker_prompts, score_method
-from rbln_retrieval.ranking import rank
-from rbln_retrieval.remote_model import DESCRIBE_PATH, RemoteModel
-from rbln_retrieval.replicas import RemoteAuthError, RemoteError, Replicas
+from rbln_retrieval.engines.loop import EngineLoop
+from rbln_retrieval.engines.options import EngineOptions
+from rbln_retrieval.engines.protocol import DESCRIBE_PATH
+from rbln_retrieval.models.families import ModelFamily
+from rbln_retrieval.remote.replicas import RemoteAuthError, RemoteError, Replicas
+from rbln_retrieval.remote.served_model import RemoteModel
+from rbln_retrieval.results.outputs import Output, check_remote_outputs
+from rbln_retrieval.results.ranking import rank
+from rbln_retrieval.text.inputs import Truncate, check_dimensions, check_query, check_truncate, chunks
+from rbln_retrieval.text.prompts import embed_prefix, qwen3_reranker_prompts, score_method
 
 __all__ = ["DESCRIBE_PATH", "RemoteAuthError", "RemoteEngine", "RemoteError"]
 

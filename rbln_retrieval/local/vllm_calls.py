@@ -16,15 +16,15 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from rbln_retrieval.backend import vllm_compat
-from rbln_retrieval.engine_args import cpu_threads_env, vllm_engine_kwargs
+from rbln_retrieval.engines.options import EngineOptions
 from rbln_retrieval.errors import EngineDeadError, EngineStartError
-from rbln_retrieval.families import ModelFamily
-from rbln_retrieval.model_files import unreadable_weights
-from rbln_retrieval.model_source import ModelSource
-from rbln_retrieval.options import EngineOptions
-from rbln_retrieval.outputs import npu_note
+from rbln_retrieval.local.engine_args import cpu_threads_env, vllm_engine_kwargs
+from rbln_retrieval.models.families import ModelFamily
+from rbln_retrieval.models.files import unreadable_weights
+from rbln_retrieval.models.source import ModelSource
 from rbln_retrieval.quiet import quiet_vllm
-from rbln_retrieval.tokens import Tokens
+from rbln_retrieval.results.outputs import npu_note
+from rbln_retrieval.text.tokens import Tokens
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ async def start_vllm(
         )
     from vllm import AsyncEngineArgs, envs
 
-    from rbln_retrieval.inproc import InprocEngine
+    from rbln_retrieval.local.inproc import InprocEngine
 
     kwargs = vllm_engine_kwargs(model, family, options, device=device, model_key=str(source))
     # vLLM's CPU platform allows the uni executor only with multiprocessing off; the thread variables reach only a

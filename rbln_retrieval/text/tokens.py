@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rbln_retrieval.families import ModelFamily
-from rbln_retrieval.prompts import QWEN3_RERANKER_PREFIX, QWEN3_RERANKER_SUFFIX
+from rbln_retrieval.models.families import ModelFamily
+from rbln_retrieval.models.family_prompts import QWEN3_RERANKER_PREFIX, QWEN3_RERANKER_SUFFIX
 
 # Truncation keeps at most max_length tokens: only a window of this many characters per kept token is tokenized,
 # not the whole text (a 1 MB text would hold about 200 MiB of tokenizer state).
@@ -131,7 +131,7 @@ class PromptTokenizer:
 
     def encode_qwen3_reranker(self, pairs: list[str], truncate: str = "end", *, first_index: int = 0) -> list[Tokens]:
         """Qwen3-Reranker's own recipe: fixed prefix and suffix tokens around each truncated pair text
-        (rbln_retrieval.prompts.qwen3_reranker_pairs)."""
+        (rbln_retrieval.text.prompts.qwen3_reranker_pairs)."""
         hf = self._for(truncate)
         prefix = hf(QWEN3_RERANKER_PREFIX, add_special_tokens=False)["input_ids"]
         suffix = hf(QWEN3_RERANKER_SUFFIX, add_special_tokens=False)["input_ids"]

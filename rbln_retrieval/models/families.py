@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rbln_retrieval.errors import ModelNotSupportedError
-from rbln_retrieval.model_files import (
+from rbln_retrieval.models.family_prompts import QWEN3_DEFAULT_TASK, default_document_prompt, default_query_prompt
+from rbln_retrieval.models.files import (
     Pooling,
     colbert_dim,
     dense_output_width,
@@ -22,7 +23,6 @@ from rbln_retrieval.model_files import (
     sentence_transformers_modules,
     st_pooling,
 )
-from rbln_retrieval.prompts import QWEN3_DEFAULT_TASK, default_document_prompt, default_query_prompt
 
 logger = logging.getLogger(__name__)
 

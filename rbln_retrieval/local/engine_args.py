@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from rbln_retrieval import cpu_features
-from rbln_retrieval.families import ModelFamily
-from rbln_retrieval.options import EngineOptions
+from rbln_retrieval.engines.options import EngineOptions
+from rbln_retrieval.models.families import ModelFamily
 
 # vLLM's CPU worker process binds its compute threads to all cores but one, which it reserves for the engine-core
 # process; on a small host that halves compute. Compute gets every core this process may use unless the caller

@@ -15,23 +15,27 @@ import logging
 import os
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import Any
 
-from rbln_retrieval.inputs import check_truncate
-from rbln_retrieval.model_source import ModelSource
-from rbln_retrieval.options import EngineOptions
-from rbln_retrieval.protocol import RetrievalEngine
+from rbln_retrieval.engines.options import EngineOptions
+from rbln_retrieval.engines.protocol import RetrievalEngine
+from rbln_retrieval.models.source import ModelSource
+from rbln_retrieval.text.inputs import check_truncate
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class EngineSpec:
-    """What identifies a shared engine: the model, the options that change its computation, and for a remote
-    client the servers and key. Per-call behaviour (truncate, timeout, batch sizes, progress) is not part of it."""
+    """What identifies a shared engine: the kind of engine that serves it (PoolingEngine or RemoteEngine, named by
+    whoever makes the spec, so this registry depends on neither), the model, the options that change its
+    computation, and for a remote client the servers and key. Per-call behaviour (truncate, timeout, batch sizes,
+    progress) is not part of it."""
 
+    engine: Callable[..., RetrievalEngine]  # called as engine(model, **options) (remote: with the servers and key)
     model: str | ModelSource  # a local engine's resolved snapshot; a remote client's model name or id
     options: dict[str, Any] = field(default_factory=dict)
     base_url: tuple[str, ...] | None = None
@@ -45,20 +49,16 @@ class EngineSpec:
     def key(self) -> tuple[Any, ...]:
         options = EngineOptions(**self.options).model_dump_json()
         if self.remote:
-            return ("remote", self.model, self.base_url, self.api_key, options, repr(sorted(self.client.items())))
+            return (self.engine, self.model, self.base_url, self.api_key, options, repr(sorted(self.client.items())))
         path = self.model.path if isinstance(self.model, ModelSource) else self.model
-        return ("local", str(Path(path).resolve()), options)
+        return (self.engine, str(Path(path).resolve()), options)
 
     def start(self) -> RetrievalEngine:
         if self.base_url is not None:
-            from rbln_retrieval.remote import RemoteEngine
-
-            return RemoteEngine(
+            return self.engine(
                 str(self.model), base_url=list(self.base_url), api_key=self.api_key, **self.client, **self.options
             )
-        from rbln_retrieval.engine import PoolingEngine
-
-        return PoolingEngine(self.model, **self.options)
+        return self.engine(self.model, **self.options)
 
 
 @dataclass
@@ -218,29 +218,3 @@ class EngineHandle:
 
 def _detached(spec: EngineSpec, truncate: str, timeout: float | None) -> EngineHandle:
     return EngineHandle(spec, truncate=truncate, timeout=timeout, attach=False)
-
-
-class EngineHolder:
-    """The lifecycle a framework object holding a claim in ``_engine`` shares with the others: ``close()``, ``with``,
-    and the fields in ``_frozen_fields`` (those that chose the engine) refused after construction."""
-
-    _frozen_fields: ClassVar[frozenset[str]] = frozenset()
-    _engine: Any
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in self._frozen_fields:
-            raise ValueError(
-                f"{name} selects the engine of this {type(self).__name__} and cannot change after construction; "
-                "create a new object instead."
-            )
-        super().__setattr__(name, value)
-
-    def close(self) -> None:
-        """Release this object's claim on the shared engine; the engine closes when its last holder does."""
-        self._engine.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()

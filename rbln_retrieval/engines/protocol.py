@@ -9,8 +9,14 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 if TYPE_CHECKING:
     import numpy as np
 
-    from rbln_retrieval.families import ModelFamily
-    from rbln_retrieval.inputs import Truncate
+    from rbln_retrieval.models.families import ModelFamily
+    from rbln_retrieval.text.inputs import Truncate
+
+
+# The read-only route on which `rbln-retrieval serve` describes its model (family, prompts and templates,
+# dimensions, max length) and RemoteEngine reads it: the one contract between the server and the client. Under /v1,
+# so the server's API key guards it like the rest of the API.
+DESCRIBE_PATH = "/v1/rbln-retrieval/model"
 
 
 @runtime_checkable
@@ -18,7 +24,7 @@ class RetrievalEngine(Protocol):
     """Embeddings, relevance scores and rankings for one model, sync and async.
 
     ``embed`` returns a float32 array (n, d) with rows in input order; ``score`` one float per document in input
-    order; ``rerank`` (index, score) pairs best first (rbln_retrieval.ranking). ``truncate`` ("end", "start",
+    order; ``rerank`` (index, score) pairs best first (rbln_retrieval.results.ranking). ``truncate`` ("end", "start",
     "error"; None: the object's default) applies per call; a remote engine also takes a per-call ``timeout``."""
 
     model: str

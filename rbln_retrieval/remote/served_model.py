@@ -14,18 +14,15 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from rbln_retrieval.engines.options import EngineOptions
+from rbln_retrieval.engines.protocol import DESCRIBE_PATH
 from rbln_retrieval.errors import ModelNotSupportedError
-from rbln_retrieval.families import ModelFamily, detect_family
-from rbln_retrieval.model_source import resolve_model, split_reference
-from rbln_retrieval.options import EngineOptions
-from rbln_retrieval.prompts import default_document_prompt, default_instruction, default_query_prompt
-from rbln_retrieval.replicas import Replicas
+from rbln_retrieval.models.families import ModelFamily, detect_family
+from rbln_retrieval.models.family_prompts import default_document_prompt, default_instruction, default_query_prompt
+from rbln_retrieval.models.source import resolve_model, split_reference
+from rbln_retrieval.remote.replicas import Replicas
 
 logger = logging.getLogger(__name__)
-
-# Read-only route of `rbln-retrieval serve` describing the served model (rbln_retrieval.serve); under /v1, so the
-# server's API key guards it like the rest of the API.
-DESCRIBE_PATH = "/v1/rbln-retrieval/model"
 
 
 class RemoteModel:

@@ -1,35 +1,24 @@
 """The prompt step: what each family's model reads for a text or a (query, document) pair, and how a relevance
-score is obtained. Shared by the local engine (which tokenizes these prompts, rbln_retrieval.tokens) and the remote
+score is obtained. Shared by the local engine (which tokenizes these prompts, rbln_retrieval.text.tokens) and the remote
 client (which sends them as text), so both apply a model's prompts and templates identically."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
-if TYPE_CHECKING:
-    from rbln_retrieval.families import ModelFamily
+from rbln_retrieval.models.families import ModelFamily
+from rbln_retrieval.models.family_prompts import (
+    EMBEDDINGGEMMA_QUERY_TEMPLATE,
+    QWEN3_QUERY_TEMPLATE,
+    QWEN3_RERANKER_PAIR,
+    QWEN3_RERANKER_PREFIX,
+    QWEN3_RERANKER_SUFFIX,
+)
 
 Kind = Literal["document", "query"]
 # cosine: embed query and documents, dot product of the normalized vectors; cross-encoder: the model reads the
 # (query, document) pair; qwen3-reranker: the model reads Qwen3-Reranker's chat template around the pair.
 ScoreMethod = Literal["cosine", "cross-encoder", "qwen3-reranker"]
-
-QWEN3_DEFAULT_TASK = "Given a web search query, retrieve relevant passages that answer the query"
-QWEN3_QUERY_TEMPLATE = "Instruct: {instruction}\nQuery:"
-# EmbeddingGemma's retrieval prompts (its model card and config_sentence_transformers.json); an instruction becomes
-# the query's task.
-EMBEDDINGGEMMA_QUERY_TEMPLATE = "task: {instruction} | query: "
-EMBEDDINGGEMMA_QUERY_PROMPT = EMBEDDINGGEMMA_QUERY_TEMPLATE.format(instruction="search result")
-EMBEDDINGGEMMA_DOCUMENT_PROMPT = "title: none | text: "
-QWEN3_RERANKER_PREFIX = (
-    "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct "
-    'provided. Note that the answer can only be "yes" or "no".<|im_end|>\n<|im_start|>user\n'
-)
-QWEN3_RERANKER_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
-QWEN3_RERANKER_PAIR = "<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {document}"
-# nomic-embed-text's task prefixes for retrieval (its model card: every text must carry one).
-NOMIC_QUERY_PREFIX = "search_query: "
-NOMIC_DOCUMENT_PREFIX = "search_document: "
 
 
 def _check_instruction(instruction: object) -> None:
@@ -79,22 +68,3 @@ def qwen3_reranker_prompts(family: ModelFamily, query: str, documents: list[str]
     """Qwen3-Reranker's whole prompt per document, as text (for a server that tokenizes it)."""
     pairs = qwen3_reranker_pairs(family, query, documents, instruction)
     return [QWEN3_RERANKER_PREFIX + pair + QWEN3_RERANKER_SUFFIX for pair in pairs]
-
-
-def default_query_prompt(family_name: str) -> str:
-    """A family's query prompt when the model directory declares none."""
-    if family_name == "nomic":
-        return NOMIC_QUERY_PREFIX
-    if family_name == "embeddinggemma":
-        return EMBEDDINGGEMMA_QUERY_PROMPT
-    return QWEN3_QUERY_TEMPLATE.format(instruction=QWEN3_DEFAULT_TASK) if family_name == "qwen3-embedding" else ""
-
-
-def default_document_prompt(family_name: str) -> str:
-    """A family's document prompt when the model directory declares none."""
-    return {"nomic": NOMIC_DOCUMENT_PREFIX, "embeddinggemma": EMBEDDINGGEMMA_DOCUMENT_PROMPT}.get(family_name, "")
-
-
-def default_instruction(family_name: str) -> str | None:
-    """The task description Qwen3 models take when the caller gives none; other families take none."""
-    return QWEN3_DEFAULT_TASK if family_name in ("qwen3-embedding", "qwen3-reranker") else None

@@ -7,14 +7,14 @@ LangChain's and LlamaIndex's classes inherit these fields; each adds its model f
 from __future__ import annotations
 
 import os
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from rbln_retrieval.connect import get_engine
-from rbln_retrieval.families import FamilyName
-from rbln_retrieval.inputs import Truncate
-from rbln_retrieval.shared import EngineHandle, EngineHolder
+from rbln_retrieval.engines.shared import EngineHandle
+from rbln_retrieval.frameworks.connect import get_engine
+from rbln_retrieval.models.families import FamilyName
+from rbln_retrieval.text.inputs import Truncate
 
 API_KEY_ENV = "RBLN_API_KEY"
 
@@ -36,6 +36,32 @@ ENGINE_SETTINGS = frozenset(
         "api_key",
     }
 )
+
+
+class EngineHolder:
+    """The lifecycle a framework object holding a claim in ``_engine`` shares with the others: ``close()``, ``with``,
+    and the fields in ``_frozen_fields`` (those that chose the engine) refused after construction."""
+
+    _frozen_fields: ClassVar[frozenset[str]] = frozenset()
+    _engine: Any
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self._frozen_fields:
+            raise ValueError(
+                f"{name} selects the engine of this {type(self).__name__} and cannot change after construction; "
+                "create a new object instead."
+            )
+        super().__setattr__(name, value)
+
+    def close(self) -> None:
+        """Release this object's claim on the shared engine; the engine closes when its last holder does."""
+        self._engine.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 def _api_key_from_env() -> SecretStr | None:

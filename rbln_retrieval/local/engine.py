@@ -1,5 +1,5 @@
 """PoolingEngine: embeddings, relevance scores and reranking on vLLM's V1 pooling engine, run inside this process
-(rbln_retrieval.inproc) or as vLLM's AsyncLLM with its engine processes."""
+(rbln_retrieval.local.inproc) or as vLLM's AsyncLLM with its engine processes."""
 
 from __future__ import annotations
 
@@ -13,15 +13,16 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from rbln_retrieval.backend.config import compile_only
-from rbln_retrieval.device import resolve_device
-from rbln_retrieval.engine_args import resolve_dtype
-from rbln_retrieval.families import ModelFamily, check_remote_code, detect_family
-from rbln_retrieval.inputs import Truncate, check_dimensions, check_query, check_truncate, chunks
-from rbln_retrieval.loop import EngineLoop
-from rbln_retrieval.model_files import check_weights
-from rbln_retrieval.model_source import SOURCE_ARGS, ModelSource
-from rbln_retrieval.options import EngineOptions
-from rbln_retrieval.outputs import (
+from rbln_retrieval.engines.loop import EngineLoop
+from rbln_retrieval.engines.options import EngineOptions
+from rbln_retrieval.engines.shared import EngineHandle, EngineSpec, close_all, close_at_exit
+from rbln_retrieval.local.device import resolve_device
+from rbln_retrieval.local.engine_args import resolve_dtype
+from rbln_retrieval.local.vllm_calls import encode, start_vllm
+from rbln_retrieval.models.families import ModelFamily, check_remote_code, detect_family
+from rbln_retrieval.models.files import check_weights
+from rbln_retrieval.models.source import SOURCE_ARGS, ModelSource
+from rbln_retrieval.results.outputs import (
     Output,
     SpecialTokens,
     activation,
@@ -30,11 +31,10 @@ from rbln_retrieval.outputs import (
     maxsim,
     pooling_tasks,
 )
-from rbln_retrieval.prompts import embed_prefix, qwen3_reranker_pairs, score_method
-from rbln_retrieval.ranking import rank
-from rbln_retrieval.shared import EngineHandle, EngineSpec, close_all, close_at_exit
-from rbln_retrieval.tokens import PromptTokenizer, Tokens
-from rbln_retrieval.vllm_calls import encode, start_vllm
+from rbln_retrieval.results.ranking import rank
+from rbln_retrieval.text.inputs import Truncate, check_dimensions, check_query, check_truncate, chunks
+from rbln_retrieval.text.prompts import embed_prefix, qwen3_reranker_pairs, score_method
+from rbln_retrieval.text.tokens import PromptTokenizer, Tokens
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ class PoolingEngine:
         directory) shares one engine; the source options (token included) are not part of the key."""
         source_args = {name: options.pop(name) for name in SOURCE_ARGS if name in options}
         source = EngineOptions(**options).resolve_source(model, **source_args)
-        return EngineHandle(EngineSpec(source, options), truncate=truncate)
+        return EngineHandle(EngineSpec(PoolingEngine, source, options), truncate=truncate)
 
     @staticmethod
     def close_all() -> None:
@@ -151,7 +151,7 @@ class PoolingEngine:
     @property
     def dtype(self) -> str:
         """The compute dtype ``dtype="auto"`` resolved to on the CPU ("float32" or "bfloat16"; on an NPU, the
-        option as given): the bounds of rbln_retrieval.precision apply to it."""
+        option as given): the bounds of rbln_retrieval.results.precision apply to it."""
         return resolve_dtype(self.options.dtype, self.device)
 
     # -- public sync API ---------------------------------------------------------------------------------------
@@ -171,8 +171,8 @@ class PoolingEngine:
         object's default) decides what happens to texts over ``max_length``: "end" keeps the start, "start" keeps
         the end and the prompt, "error" raises naming the index. ``output`` (bge-m3): "sparse" gives one
         {token_id: weight} dict per text, "multi_vector" one float32 (tokens, d) array per text; a list of outputs
-        gives {output: result} (dense and sparse from one forward; see rbln_retrieval.outputs). ColBERT checkpoints
-        give "multi_vector" only."""
+        gives {output: result} (dense and sparse from one forward; see rbln_retrieval.results.outputs). ColBERT
+        checkpoints give "multi_vector" only."""
         return self._loop.run(
             self._embed_any(
                 texts, kind, instruction, dimensions, normalize, show_progress, self._truncate(truncate), output

@@ -6,10 +6,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from rbln_retrieval.inputs import Truncate
-from rbln_retrieval.model_source import SOURCE_ARGS
-from rbln_retrieval.options import EngineOptions
-from rbln_retrieval.shared import EngineHandle, EngineSpec
+from rbln_retrieval.engines.options import EngineOptions
+from rbln_retrieval.engines.shared import EngineHandle, EngineSpec
+from rbln_retrieval.local.engine import PoolingEngine
+from rbln_retrieval.models.source import SOURCE_ARGS
+from rbln_retrieval.text.inputs import Truncate
 
 
 def get_engine(
@@ -33,9 +34,13 @@ def get_engine(
     """
     source_args = {name: options.pop(name) for name in SOURCE_ARGS if name in options}
     if base_url is None:
-        spec = EngineSpec(EngineOptions(**options).resolve_source(model, **source_args), options)
+        spec = EngineSpec(PoolingEngine, EngineOptions(**options).resolve_source(model, **source_args), options)
     else:
+        from rbln_retrieval.remote.client import RemoteEngine  # httpx is imported with the first remote client
+
         urls = (base_url,) if isinstance(base_url, str) else tuple(base_url)
         client: dict[str, Any] = {name: options.pop(name) for name in ("batch_size", "max_retries") if name in options}
-        spec = EngineSpec(os.fspath(model), options, base_url=urls, api_key=api_key, client={**client, **source_args})
+        spec = EngineSpec(
+            RemoteEngine, os.fspath(model), options, base_url=urls, api_key=api_key, client={**client, **source_args}
+        )
     return EngineHandle(spec, truncate=truncate, timeout=timeout, attach=attach)

@@ -16,14 +16,14 @@ import dataclasses
 import os
 from typing import Any
 
-from rbln_retrieval.device import resolve_device
-from rbln_retrieval.engine_args import cpu_threads_env, vllm_engine_kwargs
-from rbln_retrieval.families import ModelFamily, check_remote_code, detect_family
-from rbln_retrieval.model_files import check_weights
-from rbln_retrieval.model_source import SOURCE_ARGS, ModelSource
-from rbln_retrieval.options import EngineOptions
+from rbln_retrieval.engines.options import EngineOptions
+from rbln_retrieval.engines.protocol import DESCRIBE_PATH
+from rbln_retrieval.local.device import resolve_device
+from rbln_retrieval.local.engine_args import cpu_threads_env, vllm_engine_kwargs
+from rbln_retrieval.models.families import ModelFamily, check_remote_code, detect_family
+from rbln_retrieval.models.files import check_weights
+from rbln_retrieval.models.source import SOURCE_ARGS, ModelSource
 from rbln_retrieval.quiet import quiet_vllm
-from rbln_retrieval.remote_model import DESCRIBE_PATH
 
 
 def describe(model: str, family: ModelFamily) -> dict[str, Any]:
@@ -95,7 +95,7 @@ def _publish_description(description: dict[str, Any]) -> None:
     every route of it (server_auth.py says why)."""
     from vllm.entrypoints.launchers.api_server import entry
 
-    from rbln_retrieval.server_auth import guard_every_route
+    from rbln_retrieval.server.auth import guard_every_route
 
     build_vllm_app = entry.build_app
 

@@ -8,8 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rbln_retrieval.families import FamilyName
-from rbln_retrieval.model_source import ModelSource, resolve_model
+from rbln_retrieval.models.families import FamilyName
+from rbln_retrieval.models.source import ModelSource, resolve_model
 
 Device = Literal["auto", "rbln", "cpu"]
 # host: the bundled runner's graphs on this CPU; rbln: compiled by the RBLN compiler for an NPU.
@@ -20,7 +20,7 @@ class EngineOptions(BaseModel):
     """Everything that changes an engine's computation; equal options share one engine. Per-call behaviour
     (truncation, timeouts, batch sizes, progress) is an argument of each call instead, and where the files come
     from (revision, cache_folder, token, local_files_only) is named by the resolved snapshot directory (see
-    rbln_retrieval.model_source)."""
+    rbln_retrieval.models.source)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -32,7 +32,7 @@ class EngineOptions(BaseModel):
     trust_remote_code: bool = False
     allow_pickle: bool = False
     strict_shapes: bool = False
-    # True: vLLM's engine runs in this process (rbln_retrieval.inproc): no engine processes to spawn, each
+    # True: vLLM's engine runs in this process (rbln_retrieval.local.inproc): no engine processes to spawn, each
     # re-importing vLLM and torch, and no inter-process hop per step. False: vLLM's AsyncLLM with its processes.
     in_process: bool = True
     engine_kwargs: dict[str, Any] = Field(default_factory=dict)
