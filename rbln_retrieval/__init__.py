@@ -1,4 +1,10 @@
-"""rbln-retrieval: embeddings and rerankers on Rebellions RBLN NPUs (and the CPU) through a bundled vLLM backend."""
+"""rbln-retrieval: embeddings and rerankers on Rebellions RBLN NPUs (and the CPU) through a bundled vLLM backend.
+
+The public API: the names below, re-exported from the rooms that define them (TREE.md lists the rooms).
+
+May import: errors, models, results, engines, local, frameworks
+Engine libraries: none
+"""
 
 from rbln_retrieval.engines.options import EngineOptions
 from rbln_retrieval.engines.protocol import RetrievalEngine

@@ -2,6 +2,8 @@
 
 Sync callers block on a future; async callers on any event loop await the same future without blocking their
 loop, so concurrent callers from threads and loops all land in one engine and are batched by its scheduler.
+
+Imports: errors.
 """
 
 from __future__ import annotations

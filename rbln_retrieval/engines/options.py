@@ -1,5 +1,8 @@
 """The engine options, validated once, and what they resolve to: the model snapshot to read, and the bundled
-backend's target on the resolved device."""
+backend's target on the resolved device.
+
+Imports: models (families, source); pydantic.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """The contract every engine of this package keeps, local (PoolingEngine) or remote (RemoteEngine), and the claim
-on a shared one (EngineHandle): framework integrations program against it alone."""
+on a shared one (EngineHandle): framework integrations program against it alone.
+
+Imports: models and text, for typing only.
+"""
 
 from __future__ import annotations
 

@@ -5,6 +5,9 @@ engine closes when its last claim is released, or at exit.
 After ``os.fork()`` the child forgets the parent's engines (their loop threads exist only in the parent): a handle
 used in the child acquires an engine of the child's own. A pickled handle carries only what identifies its engine
 and acquires it on first use in the process that unpickles it.
+
+Imports: engines (options, protocol), models (source), text (inputs); no engine class: an EngineSpec names
+the one it starts.
 """
 
 from __future__ import annotations

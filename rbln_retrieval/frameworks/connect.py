@@ -1,5 +1,9 @@
 """One entry point for framework integrations: a claim on a local shared engine, or on a client of remote servers
-when base_url is set."""
+when base_url is set.
+
+Imports: engines (options, shared), local (engine), models (source), text (inputs); remote (client) when the
+first remote client is made.
+"""
 
 from __future__ import annotations
 

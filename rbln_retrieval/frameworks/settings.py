@@ -2,7 +2,10 @@
 and how a framework object turns them into its claim on a shared engine (rbln_retrieval.get_engine).
 
 LangChain's and LlamaIndex's classes inherit these fields; each adds its model field (``model`` or
-``model_name``) and its own per-call fields (batch size, prompts, top_n...)."""
+``model_name``) and its own per-call fields (batch size, prompts, top_n...).
+
+Imports: frameworks (connect), engines (shared), models (families), text (inputs); pydantic.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Pick the device an engine runs on: the RBLN NPU when its runtime and a device are present, else the CPU."""
+"""Pick the device an engine runs on: the RBLN NPU when its runtime and a device are present, else the CPU.
+
+Imports: backend (rbln_runtime).
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """PoolingEngine: embeddings, relevance scores and reranking on vLLM's V1 pooling engine, run inside this process
-(rbln_retrieval.local.inproc) or as vLLM's AsyncLLM with its engine processes."""
+(rbln_retrieval.local.inproc) or as vLLM's AsyncLLM with its engine processes.
+
+Imports: backend (config), engines, local, models, results, text; vLLM inside the calls that build its requests.
+"""
 
 from __future__ import annotations
 
@@ -379,7 +382,7 @@ class PoolingEngine:
         return tqdm(total=total, disable=not show_progress, desc="Embedding", unit="text")
 
 
-# Tokenizing this few texts (at most a window of each, see tokens.py) costs less than a hop to a worker thread.
+# Tokenizing this few texts (at most a window of each, see text/tokens.py) costs less than a hop to a worker thread.
 INLINE_TOKENIZE = 4
 
 

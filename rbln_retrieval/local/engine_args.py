@@ -1,4 +1,8 @@
-"""A model family's preset as vLLM engine arguments, shared by the in-process engine and `rbln-retrieval serve`."""
+"""A model family's preset as vLLM engine arguments, shared by the in-process engine and `rbln-retrieval serve`.
+
+Imports: cpu_features, engines (options), models (families); backend (config, rbln_runtime) inside the function
+that needs them.
+"""
 
 from __future__ import annotations
 

@@ -11,6 +11,8 @@ the OpenMP thread team torch creates for it during the bucket warmup serves ever
 
 vLLM keeps the current engine config and the forward context (attention metadata) in module globals, so the
 in-process engines of one process take turns: one builds, steps or answers an RPC at a time.
+
+Imports: backend (vllm_compat); vLLM inside the functions that start and run its engine.
 """
 
 from __future__ import annotations

@@ -2,6 +2,9 @@
 
 Both turn vLLM's failures into one sentence naming the model: a start that fails deep inside vLLM, and an engine
 that dies while serving a call.
+
+Imports: backend, engines (options), errors, local (engine_args, inproc), models, quiet, results (outputs), text
+(tokens); vLLM when an engine starts.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 The one table of retrieval presets. Everything is read from the directory (``config.json`` plus the
 sentence-transformers files ``modules.json``, ``1_Pooling/config.json``, ``config_sentence_transformers.json``,
 ``sentence_bert_config.json``); the model's own prompts and pooling win over our defaults.
+
+Imports: errors, models (files, family_prompts).
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
 """What a model directory holds, read without loading the model: its JSON files, the sentence-transformers modules
 (pooling, Dense layers), a ColBERT checkpoint's projection width, and whether its weights are safe to load.
+
+Imports: errors; safetensors inside the checks that read weights.
 """
 
 from __future__ import annotations

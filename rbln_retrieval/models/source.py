@@ -10,6 +10,8 @@ its commit hash. The shared-engine key uses that directory, so ``org/name``, ``o
 directory share one engine; the compile-cache key and ``stats()`` use ``ModelSource.identity`` (id + commit), so a
 new revision never reuses stale compiled graphs. The token is handed to huggingface_hub and nowhere else: it is not
 kept on the result, in a key, in a log line or in an error message.
+
+Imports: errors; huggingface_hub inside the functions that resolve and fetch ids.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ The client learns the served model's family from the server (rbln_retrieval.remo
 and templates exactly as local mode does and sends raw text: remote results equal local ones. Inputs are cut into
 batches sent concurrently through rbln_retrieval.remote.replicas (spread over the healthy replicas, retried elsewhere
 with backoff), so every input gets exactly one result, in input order, or the call raises.
+
+Imports: engines (loop, options, protocol), models (families), remote (replicas, served_model), results
+(outputs, ranking), text (inputs, prompts); numpy.
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """HTTP to one or more `rbln-retrieval serve` replicas: requests are spread over the healthy ones, a replica that
 fails is taken out for a cool-down and the request is retried elsewhere with backoff, so a request either gets one
-answer or raises RemoteError after bounded retries. Nothing here knows about models; RemoteEngine does."""
+answer or raises RemoteError after bounded retries. Nothing here knows about models; RemoteEngine does.
+
+Imports: errors; httpx.
+"""
 
 from __future__ import annotations
 

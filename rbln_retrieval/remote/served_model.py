@@ -5,6 +5,8 @@ The server describes its model (family, prompts, dimensions, max length) on ``DE
 once, so a client that has only the model's name applies prompts and templates exactly as local mode does. A plain
 vLLM server gives no description: the family then comes from the model's config files where the client can read
 them, else from the family's defaults.
+
+Imports: engines (options, protocol), errors, models (families, family_prompts, source), remote (replicas).
 """
 
 from __future__ import annotations

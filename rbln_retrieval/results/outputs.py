@@ -8,6 +8,8 @@ forward. vLLM serves one task per request, so dense + sparse cost one forward an
 
 A ColBERT checkpoint (family "colbert", vLLM's ColBERTModel) has multi-vectors only: "token_embed" gives its
 projection of every token, [CLS] and [SEP] included, normalized.
+
+Imports nothing of this package; numpy.
 """
 
 from __future__ import annotations

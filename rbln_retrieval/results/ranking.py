@@ -1,4 +1,7 @@
-"""Scores -> a ranking, the one rule every reranker of this package applies."""
+"""Scores -> a ranking, the one rule every reranker of this package applies.
+
+Imports nothing.
+"""
 
 from __future__ import annotations
 

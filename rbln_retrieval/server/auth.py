@@ -3,6 +3,8 @@
 vLLM's middleware checks the key only under /v1, /v2, /inference and /cohere, so with ``--api-key`` its /score,
 /rerank, /classify, /pooling and /tokenize routes would still answer anyone. This subclass keeps vLLM's token
 check and guards every path except the liveness and monitoring probes.
+
+Imports: vLLM's authentication middleware and starlette (loaded only by a running server).
 """
 
 from __future__ import annotations

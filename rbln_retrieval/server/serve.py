@@ -3,9 +3,12 @@
 We write no HTTP server: this builds vLLM's serve arguments from the same preset table the in-process engine
 uses (hf_overrides, pooling, max length, runner settings) and runs vLLM's API server, which exposes
 /v1/embeddings, /classify, /score, /rerank, /health and /metrics (with an API key, the key guards every route but
-the probes: see server_auth.py), and shuts down cleanly on SIGTERM. One read-only route is added beside vLLM's own:
+the probes: see auth.py), and shuts down cleanly on SIGTERM. One read-only route is added beside vLLM's own:
 GET DESCRIBE_PATH describes the served model (family, prompts and templates, dimensions, max length), so clients
 that have only the model's name score it exactly as local mode does.
+
+Imports: backend, engines (options, protocol), local (device, engine_args), models, quiet, server (auth); vLLM
+and uvloop inside the functions that build and run the server.
 """
 
 from __future__ import annotations
@@ -92,7 +95,7 @@ def serve(model: str, *, host: str = "127.0.0.1", port: int = 8000, api_key: str
 
 def _publish_description(description: dict[str, Any]) -> None:
     """Add GET DESCRIBE_PATH to the FastAPI app vLLM's server builds in this process, and make the API key guard
-    every route of it (server_auth.py says why)."""
+    every route of it (auth.py says why)."""
     from vllm.entrypoints.launchers.api_server import entry
 
     from rbln_retrieval.server.auth import guard_every_route

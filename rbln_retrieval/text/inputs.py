@@ -1,4 +1,7 @@
-"""Validate caller input before anything reaches the engine."""
+"""Validate caller input before anything reaches the engine.
+
+Imports nothing.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
 """The prompt step: what each family's model reads for a text or a (query, document) pair, and how a relevance
 score is obtained. Shared by the local engine (which tokenizes these prompts, rbln_retrieval.text.tokens) and the remote
-client (which sends them as text), so both apply a model's prompts and templates identically."""
+client (which sends them as text), so both apply a model's prompts and templates identically.
+
+Imports: models (families, family_prompts).
+"""
 
 from __future__ import annotations
 

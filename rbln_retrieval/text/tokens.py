@@ -3,6 +3,8 @@
 We tokenize here rather than in vLLM so that truncation is defined for every input ("end" keeps the start,
 "start" keeps the end, "error" names the offending index) and templates are never cut. The policy is an argument
 of every call, so objects with different policies share one engine.
+
+Imports: models (families, family_prompts); transformers when the first tokenizer is made.
 """
 
 from __future__ import annotations
