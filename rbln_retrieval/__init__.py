@@ -1,6 +1,7 @@
 """rbln-retrieval: embeddings and rerankers on Rebellions RBLN NPUs (and the CPU) through a bundled vLLM backend.
 
-The public API: the names below, re-exported from the rooms that define them (TREE.md lists the rooms).
+The public API: the names below, re-exported from the rooms that define them (each room's __init__ says what it is
+and what it may import).
 
 May import: errors, models, results, engines, local, frameworks
 Engine libraries: none
