@@ -34,7 +34,7 @@ FULL_STEP = 4096  # the bundled runner's default step budget: most of an ingest'
 
 
 def best_dtype() -> str:
-    from rbln_retrieval.engine_args import resolve_dtype
+    from rbln_retrieval.local.engine_args import resolve_dtype
 
     return resolve_dtype("auto", "cpu")
 

@@ -7,7 +7,7 @@ queries in examples/data/queries.jsonl next to the same pipeline run with senten
     python examples/demo.py [--data-dir .demo-data] [--fresh] [--dtype auto|float32|bfloat16]
 
 The verdict is what the engine's compute dtype can honestly claim against the float32 reference
-(rbln_retrieval.precision): every passage and query vector within the dtype's cosine bound, every rerank score
+(rbln_retrieval.results.precision): every passage and query vector within the dtype's cosine bound, every rerank score
 within its score bound, rankings equal up to near-ties that bound cannot resolve, and recall/MRR equal up to the
 queries such a tie decides. It exits 1 only when one of these fails.
 """
@@ -129,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         shutil.rmtree(args.data_dir / "chroma", ignore_errors=True)
 
     from rbln_retrieval import PoolingEngine
-    from rbln_retrieval.device import explain_auto
+    from rbln_retrieval.local.device import explain_auto
 
     model = embedded_minilm()
     corpus = passages()
@@ -313,13 +313,13 @@ def judge(
 ) -> tuple[list[str], bool]:
     """(report lines, agree) for ``ours`` computed in ``dtype`` against the float32 ``reference``.
 
-    Each check is what the dtype's bounds (rbln_retrieval.precision) let us claim: every vector within its cosine
-    bound; every score of a passage both rerank within its score bound; a passage ranked in only one top list
+    Each check is what the dtype's bounds (rbln_retrieval.results.precision) let us claim: every vector within its
+    cosine bound; every score of a passage both rerank within its score bound; a passage ranked in only one top list
     within that bound of the other list's last score (the reference would have scored it no higher); two
     passages in swapped order can only be a near-tie once the scores are within bound, so a query whose lists
     differ is "tied", and recall/MRR may differ by at most the share of tied queries.
     """
-    from rbln_retrieval.precision import MIN_COSINE, score_bound
+    from rbln_retrieval.results.precision import MIN_COSINE, score_bound
 
     bound, min_cosine = score_bound(dtype), MIN_COSINE[dtype]
     checks: list[tuple[str, bool]] = []

@@ -26,7 +26,7 @@ if __name__ == "__main__":
     from example_args import qwen3_arguments
 
     from rbln_retrieval import PoolingEngine
-    from rbln_retrieval.prompts import embed_prefix
+    from rbln_retrieval.text.prompts import embed_prefix
 
     args = qwen3_arguments(__doc__.splitlines()[0], "qwen3-embedding", "Qwen/Qwen3-Embedding-0.6B")
     with PoolingEngine(args.model, device=args.device, dtype=args.dtype) as engine:

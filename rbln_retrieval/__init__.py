@@ -1,4 +1,11 @@
-"""rbln-retrieval: embeddings and rerankers on Rebellions RBLN NPUs (and the CPU) through a bundled vLLM backend."""
+"""rbln-retrieval: embeddings and rerankers on Rebellions RBLN NPUs (and the CPU) through a bundled vLLM backend.
+
+The public API: the names below, re-exported from the rooms that define them (each room's __init__ says what it is
+and what it may import).
+
+May import: errors, models, results, engines, local, frameworks
+Engine libraries: none
+"""
 
 import os as _os
 from importlib.util import find_spec as _find_spec
@@ -8,8 +15,8 @@ from importlib.util import find_spec as _find_spec
 if _find_spec("torch_rbln") is not None and _find_spec("rebel") is None:
     _os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 
-from rbln_retrieval.connect import get_engine
-from rbln_retrieval.engine import PoolingEngine
+from rbln_retrieval.engines.options import EngineOptions
+from rbln_retrieval.engines.protocol import RetrievalEngine
 from rbln_retrieval.errors import (
     DeviceUnavailableError,
     EngineDeadError,
@@ -18,12 +25,12 @@ from rbln_retrieval.errors import (
     ModelNotSupportedError,
     RBLNRetrievalError,
 )
-from rbln_retrieval.families import ModelFamily, detect_family
-from rbln_retrieval.model_source import ModelSource, resolve_model
-from rbln_retrieval.options import EngineOptions
-from rbln_retrieval.protocol import RetrievalEngine
-from rbln_retrieval.ranking import rank
-from rbln_retrieval.shared import EngineHolder
+from rbln_retrieval.frameworks.connect import get_engine
+from rbln_retrieval.frameworks.settings import EngineHolder
+from rbln_retrieval.local.engine import PoolingEngine
+from rbln_retrieval.models.families import ModelFamily, detect_family
+from rbln_retrieval.models.source import ModelSource, resolve_model
+from rbln_retrieval.results.ranking import rank
 
 __all__ = [
     "DeviceUnavailableError",

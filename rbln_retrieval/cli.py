@@ -270,7 +270,7 @@ def _rerank(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from rbln_retrieval.serve import serve
+    from rbln_retrieval.server.serve import serve
 
     return serve(args.model, host=args.host, port=args.port, api_key=args.api_key, **_engine_options(args))
 
@@ -307,7 +307,7 @@ def _compile(args: argparse.Namespace) -> int:
 def _doctor(args: argparse.Namespace) -> int:
     from rbln_retrieval import cpu_features
     from rbln_retrieval.backend import rbln_runtime, vllm_compat
-    from rbln_retrieval.device import explain_auto
+    from rbln_retrieval.local.device import explain_auto
 
     rows = [("python", platform.python_version())]
     rows += [(label, _version(names)) for label, names in DOCTOR_PACKAGES]

@@ -5,6 +5,9 @@ x86 such as AMD EPYC Zen 2/3, where bf16 is emulated several times slower than f
 ``/proc/cpuinfo``, capped by ATen's own override ``ATEN_CPU_CAPABILITY`` ("avx2" or "default" rules AVX-512 out),
 so that one variable makes this package choose dtype and vLLM kernels as the smaller class would (see README,
 "Testing as the other CPU class").
+
+May import: nothing
+Engine libraries: none
 """
 
 from __future__ import annotations

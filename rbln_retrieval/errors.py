@@ -1,4 +1,8 @@
-"""Exceptions raised by rbln-retrieval; each message is one sentence naming the offending item."""
+"""Exceptions raised by rbln-retrieval; each message is one sentence naming the offending item.
+
+May import: nothing
+Engine libraries: none
+"""
 
 
 class RBLNRetrievalError(Exception):

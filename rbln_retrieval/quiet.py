@@ -1,4 +1,8 @@
-"""Keep library start-up chatter that a retrieval user cannot act on out of their output."""
+"""Keep library start-up chatter that a retrieval user cannot act on out of their output.
+
+May import: nothing
+Engine libraries: none
+"""
 
 from __future__ import annotations
 

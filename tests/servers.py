@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 
 SERVE = (
-    "import json, sys; from rbln_retrieval.serve import serve; "
+    "import json, sys; from rbln_retrieval.server.serve import serve; "
     "sys.exit(serve(sys.argv[1], port=int(sys.argv[2]), device='cpu', **json.loads(sys.argv[3])))"
 )
 

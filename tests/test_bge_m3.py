@@ -10,8 +10,8 @@ from corpus import mixed_length
 from http_fakes import FakeServer
 
 from rbln_retrieval import PoolingEngine
-from rbln_retrieval.outputs import SpecialTokens, lexical_weights
 from rbln_retrieval.remote import RemoteEngine
+from rbln_retrieval.results.outputs import SpecialTokens, lexical_weights
 
 # A repeated word exercises "the largest weight per token id".
 TEXTS = ["the cat sat on the mat, the end", *mixed_length(24)]

@@ -14,7 +14,7 @@ from corpus import passages
 from model_builders import HUB_MINILM
 
 from rbln_retrieval.cli import read_texts
-from rbln_retrieval.device import explain_auto
+from rbln_retrieval.local.device import explain_auto
 
 TEXTS = passages(min_words=5)[:12]
 

@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from rbln_retrieval import cpu_features
-from rbln_retrieval.engine_args import resolve_dtype
+from rbln_retrieval.local.engine_args import resolve_dtype
 
 AVX512_BF16 = {"avx2", "fma", "avx512f", "avx512_bf16"}
 AVX2_ONLY = {"avx2", "fma"}

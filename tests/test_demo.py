@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rbln_retrieval.engine_args import resolve_dtype
+from rbln_retrieval.local.engine_args import resolve_dtype
 
 pytestmark = pytest.mark.slow
 

@@ -88,7 +88,7 @@ def docs_hub(tmp_path_factory, minilm, tiny_models) -> Iterator[Path]:
     """A Hugging Face cache holding every id in MODELS, as HF_HUB_CACHE of this process and its children."""
     import huggingface_hub.constants
 
-    from rbln_retrieval.shared import _registry
+    from rbln_retrieval.engines.shared import _registry
 
     before = set(_registry.entries)
     cache = tmp_path_factory.mktemp("docs-hf-cache")

@@ -16,7 +16,7 @@ from corpus import mixed_length
 
 from rbln_retrieval import PoolingEngine
 from rbln_retrieval.backend.platform import BundledPlatform
-from rbln_retrieval.inproc import InprocEngine
+from rbln_retrieval.local.inproc import InprocEngine
 
 # vLLM picks its platform on this first import, before rbln_retrieval ever starts an engine (the in-process NaN:
 # vLLM's CPU platform then gave the bundled runner vLLM's CPU attention, which breaks on padded buckets).

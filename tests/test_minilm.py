@@ -150,7 +150,7 @@ def test_truncate_error_names_the_index_and_token_count(minilm):
 
 
 def test_truncate_end_keeps_the_start_and_start_keeps_the_end_and_the_prompt(minilm_engine, minilm):
-    from rbln_retrieval.tokens import PromptTokenizer
+    from rbln_retrieval.text.tokens import PromptTokenizer
 
     long_text = " ".join(f"w{i}" for i in range(2000))
     family = minilm_engine.family
@@ -168,8 +168,8 @@ def test_truncate_end_keeps_the_start_and_start_keeps_the_end_and_the_prompt(min
 def test_long_texts_tokenize_as_if_whole(minilm, truncate):
     """Only a window of a long text is tokenized; the kept tokens equal those of tokenizing it whole, including
     texts whose window holds too few tokens (one huge word, no spaces to cut at)."""
-    from rbln_retrieval.families import detect_family
-    from rbln_retrieval.tokens import PromptTokenizer
+    from rbln_retrieval.models.families import detect_family
+    from rbln_retrieval.text.tokens import PromptTokenizer
 
     tokenizer = PromptTokenizer(minilm, detect_family(str(minilm)))
     hf = tokenizer._for(truncate)

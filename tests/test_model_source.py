@@ -17,8 +17,8 @@ from model_builders import HUB_MINILM, HUB_TINY, hub_cache_snapshot
 
 from rbln_retrieval import ModelNotFoundError, ModelNotSupportedError, PoolingEngine
 from rbln_retrieval.backend.config import BundledConfig, engine_overrides
-from rbln_retrieval.model_source import resolve_model
-from rbln_retrieval.serve import server_args
+from rbln_retrieval.models.source import resolve_model
+from rbln_retrieval.server.serve import server_args
 
 TOKEN = "hf_rbln_test_token_9c1d7e"
 TEXTS = ["Paris is the capital of France.", "", "How are exceptions raised in Python?"]

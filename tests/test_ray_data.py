@@ -16,7 +16,7 @@ import ray
 import ray._private.state
 from tolerances import BF16_OPTIONS, assert_bf16_close_to_float32, assert_bf16_paths_agree, assert_matches_local
 
-from rbln_retrieval.engine_args import resolve_dtype
+from rbln_retrieval.local.engine_args import resolve_dtype
 from rbln_retrieval.ray import embed_dataset, engine_resources, score_dataset
 
 pytestmark = pytest.mark.ray

@@ -15,8 +15,8 @@ import pytest
 from corpus import passages
 
 from rbln_retrieval import PoolingEngine
-from rbln_retrieval.inputs import CHUNK_SIZE
-from rbln_retrieval.tokens import PromptTokenizer
+from rbln_retrieval.text.inputs import CHUNK_SIZE
+from rbln_retrieval.text.tokens import PromptTokenizer
 
 ONE_MB = 1 << 20
 QUERY = "How do I open a file in Python?"

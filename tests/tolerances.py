@@ -14,7 +14,7 @@ import math
 import numpy as np
 import torch
 
-from rbln_retrieval.precision import MIN_COSINE, score_bound, unit_distance
+from rbln_retrieval.results.precision import MIN_COSINE, score_bound, unit_distance
 
 FLOAT32_EPS = torch.finfo(torch.float32).eps  # 1.19e-7
 
@@ -41,7 +41,7 @@ def rounding_bound(reference: torch.Tensor, roundings: int, reduced_terms: int =
 
 
 # bfloat16 matmuls (pooling and normalization in float32) against float32: the README's promise, a cosine
-# (rbln_retrieval.precision). Two bfloat16 paths of one model (another batch composition, so other GEMM blocking
+# (rbln_retrieval.results.precision). Two bfloat16 paths of one model (another batch composition, so other GEMM blocking
 # and other roundings; another process) are each within that angle of float32, so within twice it of each other.
 BF16_MIN_COSINE = MIN_COSINE["bfloat16"]
 # The bfloat16 engines' options in tests: steps of at most 1024 tokens keep warmup short where bf16 is emulated.

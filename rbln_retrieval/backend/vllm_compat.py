@@ -8,7 +8,7 @@ name each hook.
 - The static-graph path: the bundled platform is vLLM's CPU platform (tensors live on the host for both targets),
   so vLLM's CPU-only dispatch applies to every model it loads. A graph for the NPU compiler must hold ATen ops
   and real weights only; ``static_graph_loading`` takes vLLM's CPU dispatch out of a model's forward.
-- In-process engines (rbln_retrieval.inproc): several vLLM engines in one process, which vLLM's process-wide
+- In-process engines (rbln_retrieval.local.inproc): several vLLM engines in one process, which vLLM's process-wide
   caches and teardown do not expect.
 - Import-time state that outlives its use (``drop_import_error_tracebacks``).
 

@@ -12,7 +12,7 @@ from typing import Any, Literal
 import numpy as np
 import ray.data
 
-from rbln_retrieval.engine import PoolingEngine
+from rbln_retrieval.local.engine import PoolingEngine
 from rbln_retrieval.ray.resources import announce_placement, engine_resources
 
 DEFAULT_BATCH_SIZE = 256

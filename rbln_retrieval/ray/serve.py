@@ -2,7 +2,7 @@
 presets, behind Ray Serve's HTTP proxy.
 
 No second HTTP API: every replica builds the app vLLM's own server runs (``build_app`` + ``init_app_state`` over
-an engine client made from ``rbln_retrieval.serve.server_args``), so the routes (/v1/embeddings, /classify,
+an engine client made from ``rbln_retrieval.server.serve.server_args``), so the routes (/v1/embeddings, /classify,
 /score, /rerank, /health, /metrics, /v1/models), the served model name and the API key check are those of
 `rbln-retrieval serve`, and ``RemoteEngine`` clients work against the proxy unchanged.
 """
@@ -31,8 +31,8 @@ class PoolingServer:
         from vllm.entrypoints.launchers.app import build_app
 
         from rbln_retrieval import backend
-        from rbln_retrieval.engine_args import cpu_threads_env
-        from rbln_retrieval.serve import server_args
+        from rbln_retrieval.local.engine_args import cpu_threads_env
+        from rbln_retrieval.server.serve import server_args
 
         announce_placement("serve replica")
         args, target = server_args(model, api_key=api_key, **options)

@@ -1,7 +1,8 @@
 """The bfloat16 path on every CPU class: `dtype="bfloat16"` explicitly, on few and small inputs (CPUs without
 AVX512_BF16 emulate it, slowly), so a change that breaks it fails on an AVX2 machine too. Each equality the docs
 claim holds here at the bounds of tests/tolerances.py: bundled == stock, rbln target == stock, and against float32
-(min cosine >= 0.9998, the promise of rbln_retrieval.precision); the demo's verdict accepts real bfloat16 rounding."""
+(min cosine >= 0.9998, the promise of rbln_retrieval.results.precision); the demo's verdict accepts real bfloat16
+rounding."""
 
 from __future__ import annotations
 

@@ -114,7 +114,7 @@ def test_device_rbln_starts_vllm_with_the_static_graph_settings(standin_rebel, m
         def shutdown(self):
             started["shutdown"] = True
 
-    monkeypatch.setattr("rbln_retrieval.inproc.InprocEngine", FakeEngine)
+    monkeypatch.setattr("rbln_retrieval.local.inproc.InprocEngine", FakeEngine)
     with PoolingEngine(minilm_path(), device="rbln") as engine:
         assert engine.device == "rbln"
     assert started["env"] == {backend.ACTIVATE_ENV: "rbln", "VLLM_PLUGINS": backend.PLUGIN_NAME}

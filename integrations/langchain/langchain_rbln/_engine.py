@@ -9,7 +9,7 @@ from typing import Any, ClassVar, TypeVar
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 
 from rbln_retrieval import ModelFamily, detect_family
-from rbln_retrieval.settings import ENGINE_SETTINGS, EngineSettings
+from rbln_retrieval.frameworks.settings import ENGINE_SETTINGS, EngineSettings
 
 T = TypeVar("T")
 
@@ -20,8 +20,8 @@ DEFAULT_BATCH_SIZE = 1024
 
 
 class RBLNEngineModel(EngineSettings):
-    """Engine and remote-server settings (rbln_retrieval.settings); every object with equal engine settings shares
-    one engine."""
+    """Engine and remote-server settings (rbln_retrieval.frameworks.settings); every object with equal engine
+    settings shares one engine."""
 
     _frozen_fields: ClassVar[frozenset[str]] = ENGINE_SETTINGS | {"model"}
 

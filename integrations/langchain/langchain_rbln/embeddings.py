@@ -10,8 +10,8 @@ from tqdm.auto import tqdm
 
 from langchain_rbln._engine import RBLNEngineModel, batches
 from rbln_retrieval import ModelFamily
-from rbln_retrieval.inputs import check_dimensions, check_texts
-from rbln_retrieval.prompts import embed_prefix
+from rbln_retrieval.text.inputs import check_dimensions, check_texts
+from rbln_retrieval.text.prompts import embed_prefix
 
 
 class RBLNEmbeddings(RBLNEngineModel, Embeddings):

@@ -12,8 +12,8 @@ from pydantic import Field
 
 from langchain_rbln._engine import RBLNEngineModel, batches
 from rbln_retrieval import ModelFamily, rank
-from rbln_retrieval.outputs import check_outputs
-from rbln_retrieval.prompts import score_method
+from rbln_retrieval.results.outputs import check_outputs
+from rbln_retrieval.text.prompts import score_method
 
 
 class RBLNReranker(RBLNEngineModel, BaseDocumentCompressor):

@@ -9,8 +9,8 @@ from langchain_qdrant.sparse_embeddings import SparseEmbeddings, SparseVector
 from langchain_rbln._engine import RBLNEngineModel, batches
 from langchain_rbln.embeddings import _check_text
 from rbln_retrieval import ModelFamily
-from rbln_retrieval.inputs import check_texts
-from rbln_retrieval.outputs import check_outputs
+from rbln_retrieval.results.outputs import check_outputs
+from rbln_retrieval.text.inputs import check_texts
 
 
 class RBLNSparseEmbeddings(RBLNEngineModel, SparseEmbeddings):

@@ -11,7 +11,7 @@ from langchain_tests.unit_tests import EmbeddingsUnitTests
 from model_builders import minilm_path
 from pydantic import ValidationError
 
-import rbln_retrieval.settings
+import rbln_retrieval.frameworks.settings
 from langchain_rbln import RBLNEmbeddings
 
 
@@ -54,7 +54,7 @@ def test_objects_share_one_engine_per_settings(minilm, cpu, minilm_embeddings):
     ],
 )
 def test_invalid_fields_are_rejected_before_any_engine(monkeypatch, minilm, bad):
-    monkeypatch.setattr(rbln_retrieval.settings, "get_engine", _must_not_be_called)
+    monkeypatch.setattr(rbln_retrieval.frameworks.settings, "get_engine", _must_not_be_called)
     with pytest.raises(ValidationError):
         RBLNEmbeddings(model=minilm, **bad)
 
@@ -82,7 +82,7 @@ def test_engine_and_remote_settings_reach_get_engine(monkeypatch, minilm, minilm
         calls.append((model, kwargs))
         return minilm_embeddings.engine
 
-    monkeypatch.setattr(rbln_retrieval.settings, "get_engine", recording_get_engine)
+    monkeypatch.setattr(rbln_retrieval.frameworks.settings, "get_engine", recording_get_engine)
     monkeypatch.setenv("RBLN_API_KEY", "from-env")
     RBLNEmbeddings(
         model="served-model",

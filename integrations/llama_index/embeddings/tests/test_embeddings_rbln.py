@@ -10,7 +10,7 @@ import pytest
 from llama_index.core import StorageContext, VectorStoreIndex
 from llama_index.core.base.embeddings.base import BaseEmbedding
 
-import rbln_retrieval.settings
+import rbln_retrieval.frameworks.settings
 from llama_index.embeddings.rbln import RBLNEmbedding
 from rbln_retrieval import get_engine
 
@@ -186,7 +186,7 @@ def test_remote_options_reach_get_engine(monkeypatch):
         seen.update(model=model, **kw)
         return Handle()
 
-    monkeypatch.setattr(rbln_retrieval.settings, "get_engine", recording_get_engine)
+    monkeypatch.setattr(rbln_retrieval.frameworks.settings, "get_engine", recording_get_engine)
     RBLNEmbedding(model_name="served-model", base_url="http://127.0.0.1:9", api_key="k", timeout=5.0, max_length=64)
     assert seen == {
         "model": "served-model",

@@ -19,7 +19,7 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
 
-import rbln_retrieval.settings
+import rbln_retrieval.frameworks.settings
 from llama_index.embeddings.rbln import RBLNEmbedding
 from llama_index.postprocessor.rbln_rerank import RBLNReranker
 from rbln_retrieval import get_engine
@@ -288,7 +288,7 @@ def test_remote_options_reach_get_engine(monkeypatch):
         seen.update(model=model, **kw)
         return Handle()
 
-    monkeypatch.setattr(rbln_retrieval.settings, "get_engine", recording_get_engine)
+    monkeypatch.setattr(rbln_retrieval.frameworks.settings, "get_engine", recording_get_engine)
     replicas = ["http://127.0.0.1:9", "http://127.0.0.1:10"]
     RBLNReranker(model="served-reranker", base_url=replicas, timeout=2.0, dtype="bfloat16", engine_kwargs={"a": 1})
     assert seen == {

@@ -10,7 +10,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr, field_validator
 
 from rbln_retrieval import detect_family
-from rbln_retrieval.settings import ENGINE_SETTINGS, EngineSettings
+from rbln_retrieval.frameworks.settings import ENGINE_SETTINGS, EngineSettings
 
 # One engine call submits a whole batch and vLLM's scheduler packs it into steps, so LlamaIndex's default of 10
 # would leave the steps mostly empty; the same default as langchain-rbln's batch_size.

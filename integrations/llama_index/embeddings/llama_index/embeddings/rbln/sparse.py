@@ -10,8 +10,8 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr, field_validator
 
 from llama_index.embeddings.rbln.base import DEFAULT_RBLN_EMBED_BATCH_SIZE
 from rbln_retrieval import detect_family
-from rbln_retrieval.outputs import check_outputs
-from rbln_retrieval.settings import ENGINE_SETTINGS, EngineSettings
+from rbln_retrieval.frameworks.settings import ENGINE_SETTINGS, EngineSettings
+from rbln_retrieval.results.outputs import check_outputs
 
 
 class RBLNSparseEmbedding(EngineSettings, BaseSparseEmbedding):

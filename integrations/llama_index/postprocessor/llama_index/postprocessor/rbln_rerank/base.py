@@ -15,7 +15,7 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
 
 from rbln_retrieval import rank
-from rbln_retrieval.settings import ENGINE_SETTINGS, EngineSettings
+from rbln_retrieval.frameworks.settings import ENGINE_SETTINGS, EngineSettings
 
 dispatcher = get_dispatcher(__name__)
 

@@ -1,0 +1,50 @@
+"""One entry point for framework integrations: a claim on a local shared engine, or on a client of remote servers
+when base_url is set.
+
+Imports: engines (options, shared), local (engine), models (source), text (inputs); remote (client) when the
+first remote client is made.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from rbln_retrieval.engines.options import EngineOptions
+from rbln_retrieval.engines.shared import EngineHandle, EngineSpec
+from rbln_retrieval.local.engine import PoolingEngine
+from rbln_retrieval.models.source import SOURCE_ARGS
+from rbln_retrieval.text.inputs import Truncate
+
+
+def get_engine(
+    model: str | os.PathLike[str],
+    *,
+    base_url: str | list[str] | None = None,
+    api_key: str | None = None,
+    timeout: float | None = None,
+    truncate: Truncate = "end",
+    attach: bool = True,
+    **options: Any,
+) -> EngineHandle:
+    """A claim on the engine every holder of ``model`` and ``options`` shares, with the engine's API.
+
+    Locally that is the process's shared ``PoolingEngine`` for ``model``, a directory or a Hugging Face id
+    (``options`` may hold ``revision``, ``cache_folder``, ``token`` and ``local_files_only`` besides the engine
+    options); with ``base_url`` (one URL or a list of replicas) a client of `rbln-retrieval serve` with the same
+    ``embed``/``score``/``rerank`` API, sync and async. ``truncate`` and ``timeout`` are this holder's per-call
+    defaults and never start a second engine. ``close()`` releases the claim. ``attach=False`` defers starting (or
+    joining) the engine to the first call.
+    """
+    source_args = {name: options.pop(name) for name in SOURCE_ARGS if name in options}
+    if base_url is None:
+        spec = EngineSpec(PoolingEngine, EngineOptions(**options).resolve_source(model, **source_args), options)
+    else:
+        from rbln_retrieval.remote.client import RemoteEngine  # httpx is imported with the first remote client
+
+        urls = (base_url,) if isinstance(base_url, str) else tuple(base_url)
+        client: dict[str, Any] = {name: options.pop(name) for name in ("batch_size", "max_retries") if name in options}
+        spec = EngineSpec(
+            RemoteEngine, os.fspath(model), options, base_url=urls, api_key=api_key, client={**client, **source_args}
+        )
+    return EngineHandle(spec, truncate=truncate, timeout=timeout, attach=attach)

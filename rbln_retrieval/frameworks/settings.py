@@ -1,0 +1,145 @@
+"""The engine settings every framework object exposes, declared once as pydantic fields with their documentation,
+and how a framework object turns them into its claim on a shared engine (rbln_retrieval.get_engine).
+
+LangChain's and LlamaIndex's classes inherit these fields; each adds its model field (``model`` or
+``model_name``) and its own per-call fields (batch size, prompts, top_n...).
+
+Imports: frameworks (connect), engines (shared), models (families), text (inputs); pydantic.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, ClassVar, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+from rbln_retrieval.engines.shared import EngineHandle
+from rbln_retrieval.frameworks.connect import get_engine
+from rbln_retrieval.models.families import FamilyName
+from rbln_retrieval.text.inputs import Truncate
+
+API_KEY_ENV = "RBLN_API_KEY"
+
+# The settings that select the shared engine: equal values share one engine, and they cannot change after
+# construction. Every other field is read at each call, so assigning it takes effect.
+ENGINE_SETTINGS = frozenset(
+    {
+        "revision",
+        "cache_folder",
+        "hf_token",
+        "device",
+        "dtype",
+        "max_length",
+        "family",
+        "trust_remote_code",
+        "allow_pickle",
+        "engine_kwargs",
+        "base_url",
+        "api_key",
+    }
+)
+
+
+class EngineHolder:
+    """The lifecycle a framework object holding a claim in ``_engine`` shares with the others: ``close()``, ``with``,
+    and the fields in ``_frozen_fields`` (those that chose the engine) refused after construction."""
+
+    _frozen_fields: ClassVar[frozenset[str]] = frozenset()
+    _engine: Any
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self._frozen_fields:
+            raise ValueError(
+                f"{name} selects the engine of this {type(self).__name__} and cannot change after construction; "
+                "create a new object instead."
+            )
+        super().__setattr__(name, value)
+
+    def close(self) -> None:
+        """Release this object's claim on the shared engine; the engine closes when its last holder does."""
+        self._engine.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _api_key_from_env() -> SecretStr | None:
+    key = os.environ.get(API_KEY_ENV)
+    return SecretStr(key) if key else None
+
+
+class EngineSettings(EngineHolder, BaseModel):
+    """Where the model comes from, where and how it runs, and the remote server, for a framework object."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    _frozen_fields: ClassVar[frozenset[str]] = ENGINE_SETTINGS
+
+    revision: str | None = None
+    """Branch, tag or commit of a Hugging Face id (default: `main`)."""
+
+    cache_folder: str | None = None
+    """Hugging Face cache to resolve ids in and download to (default: `HF_HUB_CACHE`, under `HF_HOME`)."""
+
+    hf_token: SecretStr | None = Field(default=None, exclude=True)
+    """Hugging Face token for gated or private models; None uses huggingface_hub's own (`HF_TOKEN`, or
+    `hf auth login`). Never logged, shown or serialized."""
+
+    device: Literal["auto", "rbln", "cpu"] = "auto"
+    """Where the model runs: `rbln` (an RBLN NPU), `cpu`, or `auto` (an NPU when one is present)."""
+
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    """Compute type on the CPU: `auto` is bfloat16 matmuls (pooling and normalization in float32) on CPUs with
+    native BF16 (AVX512_BF16 or AMX) and float32 otherwise, whatever the checkpoint's own dtype."""
+
+    max_length: int | None = Field(default=None, gt=0)
+    """Token limit per input (per query-document pair for rerankers); None uses the model's own limit."""
+
+    truncate: Truncate = "end"
+    """What happens to inputs over `max_length`: cut at the end, cut at the start, or raise an error. Applied per
+    call: objects differing only in it share one engine."""
+
+    family: FamilyName | None = None
+    """The model family; None reads it from the model directory (or, remote, from the server's description)."""
+
+    trust_remote_code: bool = False
+    """Run code shipped with the model (tokenizer or model classes); off unless you trust the source."""
+
+    allow_pickle: bool = False
+    """Load pickle weights (`*.bin`); off: only safetensors are loaded, as pickle can run code."""
+
+    engine_kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Extra vLLM engine arguments (`vllm.AsyncEngineArgs` names), e.g. `{"max_num_seqs": 64}`."""
+
+    base_url: str | list[str] | None = None
+    """URL of an `rbln-retrieval serve` server (or a list of replicas); None runs the model in this process."""
+
+    api_key: SecretStr | None = Field(default_factory=_api_key_from_env, exclude=True)
+    """Server API key; read from the `RBLN_API_KEY` environment variable when not given. Never serialized."""
+
+    timeout: float | None = Field(default=None, gt=0)
+    """Seconds to wait for the server per request (remote mode only)."""
+
+    def _claim(self, model: str) -> EngineHandle:
+        """A claim on the shared engine these settings select, started (or joined) at its first use."""
+        return get_engine(
+            model,
+            revision=self.revision,
+            cache_folder=self.cache_folder,
+            token=self.hf_token.get_secret_value() if self.hf_token is not None else None,
+            base_url=self.base_url,
+            api_key=self.api_key.get_secret_value() if self.api_key is not None else None,
+            truncate=self.truncate,
+            device=self.device,
+            dtype=self.dtype,
+            max_length=self.max_length,
+            family=self.family,
+            trust_remote_code=self.trust_remote_code,
+            allow_pickle=self.allow_pickle,
+            engine_kwargs=self.engine_kwargs,
+            attach=False,
+        )

@@ -1,0 +1,394 @@
+"""PoolingEngine: embeddings, relevance scores and reranking on vLLM's V1 pooling engine, run inside this process
+(rbln_retrieval.local.inproc) or as vLLM's AsyncLLM with its engine processes.
+
+Imports: backend (config), engines, local, models, results, text; vLLM inside the calls that build its requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable, Iterable, Sequence, Sized
+from typing import Any, Literal, TypeVar
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from rbln_retrieval.backend.config import compile_only
+from rbln_retrieval.engines.loop import EngineLoop
+from rbln_retrieval.engines.options import EngineOptions
+from rbln_retrieval.engines.shared import EngineHandle, EngineSpec, close_all, close_at_exit
+from rbln_retrieval.local.device import resolve_device
+from rbln_retrieval.local.engine_args import resolve_dtype
+from rbln_retrieval.local.vllm_calls import encode, start_vllm
+from rbln_retrieval.models.families import ModelFamily, check_remote_code, detect_family
+from rbln_retrieval.models.files import check_weights
+from rbln_retrieval.models.source import SOURCE_ARGS, ModelSource
+from rbln_retrieval.results.outputs import (
+    Output,
+    SpecialTokens,
+    activation,
+    assemble,
+    check_outputs,
+    maxsim,
+    pooling_tasks,
+)
+from rbln_retrieval.results.ranking import rank
+from rbln_retrieval.text.inputs import Truncate, check_dimensions, check_query, check_truncate, chunks
+from rbln_retrieval.text.prompts import embed_prefix, qwen3_reranker_pairs, score_method
+from rbln_retrieval.text.tokens import PromptTokenizer, Tokens
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class PoolingEngine:
+    """One vLLM pooling engine for one model: ``embed``, ``score`` and ``rerank``, sync and async.
+
+    ``model`` is a local directory or a Hugging Face id (``"org/name"`` or ``"org/name@revision"``) resolved
+    through huggingface_hub's cache with ``revision``, ``cache_folder``, ``token`` and ``local_files_only``.
+    ``truncate`` is the default of this object's calls; each call may pass its own.
+    """
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str] | ModelSource,
+        *,
+        truncate: Truncate = "end",
+        revision: str | None = None,
+        cache_folder: str | os.PathLike[str] | None = None,
+        token: str | None = None,
+        local_files_only: bool = False,
+        **options: Any,
+    ):
+        self.truncate = check_truncate(truncate)
+        self.options = EngineOptions(**options)
+        self.source = self.options.resolve_source(
+            model, revision=revision, cache_folder=cache_folder, token=token, local_files_only=local_files_only
+        )
+        self.model = self.source.path
+        self.family: ModelFamily = detect_family(
+            self.model, max_length=self.options.max_length, family=self.options.family
+        )
+        check_remote_code(self.model, self.family, trust_remote_code=self.options.trust_remote_code)
+        check_weights(self.model, allow_pickle=self.options.allow_pickle)
+        self.options.target(self.options.device)  # refuses runner="stock" on device="rbln" before any work
+        self.device = resolve_device(self.options.device, compile_only=compile_only(self.options.engine_kwargs))
+        self.target = self.options.target(self.device)
+        self.tokenizer = PromptTokenizer(self.model, self.family, trust_remote_code=self.options.trust_remote_code)
+        self._loop = EngineLoop()
+        self._vllm: Any = None
+        self._restart = asyncio.Lock()  # one restart at a time when several calls find the engine dead
+        try:
+            self._loop.run(self._start())
+        except BaseException:
+            self._loop.close()
+            raise
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+    @staticmethod
+    def shared(
+        model: str | os.PathLike[str] | ModelSource, *, truncate: Truncate = "end", **options: Any
+    ) -> EngineHandle:
+        """A claim on the process-wide engine for ``model`` and ``options`` (those of the constructor), started by
+        the first claim; its ``close()`` releases the claim, and the engine closes with its last claim or at exit.
+        Keyed by the resolved directory, so every spelling of one snapshot (id, id@revision, the snapshot
+        directory) shares one engine; the source options (token included) are not part of the key."""
+        source_args = {name: options.pop(name) for name in SOURCE_ARGS if name in options}
+        source = EngineOptions(**options).resolve_source(model, **source_args)
+        return EngineHandle(EngineSpec(PoolingEngine, source, options), truncate=truncate)
+
+    @staticmethod
+    def close_all() -> None:
+        """Close every shared engine (registered at exit so engine processes never outlive the program)."""
+        close_all()
+
+    @property
+    def closed(self) -> bool:
+        return self._vllm is None and self._loop.loop.is_closed()
+
+    async def _start(self) -> None:
+        self._vllm = await start_vllm(self.model, self.family, self.options, self.device, self.target, self.source)
+        close_at_exit(self)
+
+    def close(self) -> None:
+        """Shut the engine down and free its memory; the object cannot be used afterwards."""
+        if self._vllm is not None and not self._loop.loop.is_closed() and not self._loop.forked:
+            self._loop.run(self._shutdown())
+        self._loop.close()
+
+    async def _shutdown(self) -> None:
+        engine, self._vllm = self._vllm, None
+        engine.shutdown()
+        # Let the engine's output handler tasks observe their cancellation before the loop stops.
+        pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    def __enter__(self) -> PoolingEngine:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def stats(self) -> dict[str, Any]:
+        """The model's identity (``{"id", "commit"}`` for a hub snapshot, else ``{"path"}``) and the bundled
+        runner's counters since warmup: buckets, steps, useful/computed tokens, compiles, graph breaks (see
+        rbln_retrieval.backend.runner); the stock runner keeps none and reports only its name."""
+        if self.options.runner == "stock":
+            return {"runner": "stock", "model": self.source.identity}
+        return {**self._loop.run(self._stats()), "model": self.source.identity}
+
+    async def _stats(self) -> dict[str, Any]:
+        engine = await self._running_engine()
+        (stats,) = await engine.collective_rpc("bundled_stats")
+        return dict(stats)
+
+    @property
+    def dimension(self) -> int:
+        return self.family.hidden_size
+
+    @property
+    def dtype(self) -> str:
+        """The compute dtype ``dtype="auto"`` resolved to on the CPU ("float32" or "bfloat16"; on an NPU, the
+        option as given): the bounds of rbln_retrieval.results.precision apply to it."""
+        return resolve_dtype(self.options.dtype, self.device)
+
+    # -- public sync API ---------------------------------------------------------------------------------------
+    def embed(
+        self,
+        texts: Iterable[str],
+        *,
+        kind: Literal["document", "query"] = "document",
+        instruction: str | None = None,
+        dimensions: int | None = None,
+        normalize: bool = True,
+        show_progress: bool = False,
+        truncate: Truncate | None = None,
+        output: Output | Sequence[Output] = "dense",
+    ) -> Any:
+        """Vectors for ``texts`` as a float32 array of shape (n, d), rows in input order. ``truncate`` (None: this
+        object's default) decides what happens to texts over ``max_length``: "end" keeps the start, "start" keeps
+        the end and the prompt, "error" raises naming the index. ``output`` (bge-m3): "sparse" gives one
+        {token_id: weight} dict per text, "multi_vector" one float32 (tokens, d) array per text; a list of outputs
+        gives {output: result} (dense and sparse from one forward; see rbln_retrieval.results.outputs). ColBERT
+        checkpoints give "multi_vector" only."""
+        return self._loop.run(
+            self._embed_any(
+                texts, kind, instruction, dimensions, normalize, show_progress, self._truncate(truncate), output
+            )
+        )
+
+    def score(
+        self,
+        query: str,
+        documents: Iterable[str],
+        *,
+        instruction: str | None = None,
+        truncate: Truncate | None = None,
+        output: Literal["dense", "multi_vector"] = "dense",
+    ) -> list[float]:
+        """Relevance of each document to ``query``: P(relevant) for rerankers, cosine for bi-encoders; with
+        ``output="multi_vector"`` (bge-m3) late interaction, MaxSim over the multi-vectors. ColBERT checkpoints
+        score by MaxSim whatever ``output`` says (token vectors are all they give)."""
+        return self._loop.run(self._score(query, documents, instruction, self._truncate(truncate), output))
+
+    def rerank(
+        self,
+        query: str,
+        documents: Iterable[str],
+        *,
+        top_n: int | None = None,
+        instruction: str | None = None,
+        truncate: Truncate | None = None,
+        output: Literal["dense", "multi_vector"] = "dense",
+    ) -> list[tuple[int, float]]:
+        """(index, score) pairs, best first; ``top_n`` None keeps all, 0 or less returns []."""
+        return rank(self.score(query, documents, instruction=instruction, truncate=truncate, output=output), top_n)
+
+    # -- public async API --------------------------------------------------------------------------------------
+    async def aembed(
+        self,
+        texts: Iterable[str],
+        *,
+        kind: Literal["document", "query"] = "document",
+        instruction: str | None = None,
+        dimensions: int | None = None,
+        normalize: bool = True,
+        show_progress: bool = False,
+        truncate: Truncate | None = None,
+        output: Output | Sequence[Output] = "dense",
+    ) -> Any:
+        return await self._loop.arun(
+            self._embed_any(
+                texts, kind, instruction, dimensions, normalize, show_progress, self._truncate(truncate), output
+            )
+        )
+
+    async def ascore(
+        self,
+        query: str,
+        documents: Iterable[str],
+        *,
+        instruction: str | None = None,
+        truncate: Truncate | None = None,
+        output: Literal["dense", "multi_vector"] = "dense",
+    ) -> list[float]:
+        return await self._loop.arun(self._score(query, documents, instruction, self._truncate(truncate), output))
+
+    async def arerank(
+        self,
+        query: str,
+        documents: Iterable[str],
+        *,
+        top_n: int | None = None,
+        instruction: str | None = None,
+        truncate: Truncate | None = None,
+        output: Literal["dense", "multi_vector"] = "dense",
+    ) -> list[tuple[int, float]]:
+        scores = await self.ascore(query, documents, instruction=instruction, truncate=truncate, output=output)
+        return rank(scores, top_n)
+
+    def _truncate(self, truncate: str | None) -> Truncate:
+        return self.truncate if truncate is None else check_truncate(truncate)
+
+    # -- implementation (runs on the engine loop) --------------------------------------------------------------
+    async def _embed_any(
+        self,
+        texts: Iterable[str],
+        kind: str,
+        instruction: str | None,
+        dimensions: int | None,
+        normalize: bool,
+        show_progress: bool,
+        truncate: Truncate,
+        output: Any,
+        what: str = "texts",
+    ) -> Any:
+        if isinstance(output, str) and output == "dense" and not self.family.late_interaction_only:
+            return await self._embed(texts, kind, instruction, dimensions, normalize, show_progress, truncate, what)
+        prefix = embed_prefix(self.family, self.model, kind, instruction)
+        outputs = check_outputs(output, family=self.family.name, model=self.model)
+        if dimensions is not None:
+            raise ValueError(f"dimensions applies to dense vectors only; leave it unset with output={output!r}.")
+        from vllm import PoolingParams
+
+        tasks = {
+            task: PoolingParams(task=task, use_activation=activation(task, normalize))
+            for task in pooling_tasks(outputs)
+        }
+        special = SpecialTokens.of(self.tokenizer.hf, self.model)
+        raw: dict[str, list[np.ndarray]] = {task: [] for task in tasks}
+        ids: list[list[int]] = []
+        with self._progress(texts, show_progress) as bar:
+            for first, chunk in chunks(texts, what):
+                tokens = await _off_loop(chunk, self.tokenizer.encode_texts, chunk, prefix, truncate, first_index=first)
+                ids.extend(t.ids for t in tokens)
+                rows = await asyncio.gather(*(self._encode(tokens, p, None, stack=False) for p in tasks.values()))
+                for task, task_rows in zip(tasks, rows):
+                    raw[task].extend(task_rows)
+                bar.update(len(chunk))
+        parts = assemble(outputs, raw, ids, hidden_size=self.dimension, normalize=normalize, special=special)
+        return parts[output] if isinstance(output, str) else parts
+
+    async def _embed(
+        self,
+        texts: Iterable[str],
+        kind: str,
+        instruction: str | None,
+        dimensions: int | None,
+        normalize: bool,
+        show_progress: bool,
+        truncate: Truncate,
+        what: str = "texts",
+    ) -> np.ndarray:
+        prefix = embed_prefix(self.family, self.model, kind, instruction)
+        dimensions = check_dimensions(
+            dimensions,
+            hidden_size=self.dimension,
+            matryoshka=self.family.matryoshka,
+            model=self.model,
+            sizes=self.family.matryoshka_dimensions,
+        )
+        from vllm import PoolingParams
+
+        params = PoolingParams(task="embed", use_activation=normalize, dimensions=dimensions)
+        rows: list[np.ndarray] = []
+        with self._progress(texts, show_progress) as bar:
+            for first, chunk in chunks(texts, what):
+                tokens = await _off_loop(chunk, self.tokenizer.encode_texts, chunk, prefix, truncate, first_index=first)
+                rows.extend(await self._encode(tokens, params, bar))
+        if not rows:
+            return np.zeros((0, dimensions or self.dimension), dtype=np.float32)
+        return np.stack(rows).astype(np.float32, copy=False)
+
+    async def _score(
+        self, query: str, documents: Iterable[str], instruction: str | None, truncate: Truncate, output: str = "dense"
+    ) -> list[float]:
+        query = check_query(query)
+        method = score_method(self.family, self.model, instruction)
+        if output not in ("dense", "multi_vector"):
+            raise ValueError(f"score takes output='dense' or 'multi_vector', not {output!r}.")
+        if output == "multi_vector" or self.family.late_interaction_only:
+            check_outputs("multi_vector", family=self.family.name, model=self.model)
+            docs = await self._embed_any(
+                documents, "document", None, None, True, False, truncate, "multi_vector", "documents"
+            )
+            if not docs:
+                return []
+            (q,) = await self._embed_any([query], "query", instruction, None, True, False, truncate, "multi_vector")
+            return [maxsim(q, d, family=self.family.name) for d in docs]
+        if method == "cosine":
+            docs = await self._embed(documents, "document", None, None, True, False, truncate, what="documents")
+            if len(docs) == 0:
+                return []
+            q = await self._embed([query], "query", instruction, None, True, False, truncate)
+            return [float(s) for s in docs @ q[0]]
+        from vllm import PoolingParams
+
+        params = PoolingParams(task="classify", use_activation=True)
+        scores: list[float] = []
+        for first, chunk in chunks(documents, what="documents"):
+            if method == "qwen3-reranker":
+                pairs = qwen3_reranker_pairs(self.family, query, chunk, instruction)
+                tokens = await _off_loop(
+                    chunk, self.tokenizer.encode_qwen3_reranker, pairs, truncate, first_index=first
+                )
+            else:
+                tokens = await _off_loop(chunk, self.tokenizer.encode_pairs, query, chunk, truncate, first_index=first)
+            scores.extend(float(row.reshape(-1)[0]) for row in await self._encode(tokens, params, None))
+        return scores
+
+    async def _encode(self, tokens: list[Tokens], params: Any, bar: tqdm | None, stack: bool = True) -> Any:
+        return await encode(await self._running_engine(), self.model, tokens, params, bar, stack=stack)
+
+    async def _running_engine(self) -> Any:
+        """The live engine (AsyncLLM or InprocEngine), restarting it first if it died."""
+        async with self._restart:
+            if self._vllm is not None and self._vllm.errored:
+                logger.warning("The vLLM engine for %s died; starting a new one.", self.model)
+                dead, self._vllm = self._vllm, None
+                dead.shutdown()
+            if self._vllm is None:
+                await self._start()
+            return self._vllm
+
+    @staticmethod
+    def _progress(texts: Iterable[str], show_progress: bool) -> tqdm:
+        total = len(texts) if isinstance(texts, Sized) else None
+        return tqdm(total=total, disable=not show_progress, desc="Embedding", unit="text")
+
+
+# Tokenizing this few texts (at most a window of each, see text/tokens.py) costs less than a hop to a worker thread.
+INLINE_TOKENIZE = 4
+
+
+async def _off_loop(chunk: list[str], fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` in a worker thread, so the engine loop keeps serving other callers while a large
+    chunk is tokenized; a chunk of a few texts (a query) is tokenized in place."""
+    if len(chunk) <= INLINE_TOKENIZE:
+        return fn(*args, **kwargs)
+    return await asyncio.to_thread(fn, *args, **kwargs)

@@ -1,0 +1,343 @@
+"""RemoteEngine: the PoolingEngine API against `rbln-retrieval serve` replicas (vLLM's OpenAI-compatible server).
+
+The client learns the served model's family from the server (rbln_retrieval.remote.served_model), applies prompts
+and templates exactly as local mode does and sends raw text: remote results equal local ones. Inputs are cut into
+batches sent concurrently through rbln_retrieval.remote.replicas (spread over the healthy replicas, retried elsewhere
+with backoff), so every input gets exactly one result, in input order, or the call raises.
+
+Imports: engines (loop, options, protocol), models (families), remote (replicas, served_model), results
+(outputs, ranking), text (inputs, prompts); numpy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import dataclasses
+import os
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from typing import Any, Literal, TypeVar
+
+import numpy as np
+
+from rbln_retrieval.engines.loop import EngineLoop
+from rbln_retrieval.engines.options import EngineOptions
+from rbln_retrieval.engines.protocol import DESCRIBE_PATH
+from rbln_retrieval.models.families import ModelFamily
+from rbln_retrieval.remote.replicas import RemoteAuthError, RemoteError, Replicas
+from rbln_retrieval.remote.served_model import RemoteModel
+from rbln_retrieval.results.outputs import Output, check_remote_outputs
+from rbln_retrieval.results.ranking import rank
+from rbln_retrieval.text.inputs import Truncate, check_dimensions, check_query, check_truncate, chunks
+from rbln_retrieval.text.prompts import embed_prefix, qwen3_reranker_prompts, score_method
+
+__all__ = ["DESCRIBE_PATH", "RemoteAuthError", "RemoteEngine", "RemoteError"]
+
+T = TypeVar("T")
+
+DEFAULT_TIMEOUT = 60.0
+
+# The timeout of the call in progress (None: the client's), seen by every request the call makes.
+_call_timeout: contextvars.ContextVar[float | None] = contextvars.ContextVar("rbln_remote_timeout", default=None)
+
+
+class RemoteEngine:
+    """``embed``/``score``/``rerank`` (sync and async) served by one or more remote replicas.
+
+    The model's family comes from the server's description; an explicit ``family`` must agree with it and is used
+    where the server gives none (a plain vLLM server). ``truncate`` and ``timeout`` are defaults of each call."""
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str],
+        *,
+        base_url: str | list[str],
+        api_key: str | None = None,
+        timeout: float | None = None,
+        batch_size: int = 64,
+        max_retries: int = 3,
+        revision: str | None = None,
+        cache_folder: str | os.PathLike[str] | None = None,
+        token: str | None = None,
+        local_files_only: bool = False,
+        truncate: Truncate = "end",
+        **options: Any,
+    ):
+        urls = [base_url] if isinstance(base_url, str) else list(base_url)
+        if not urls or not all(isinstance(u, str) and u.startswith(("http://", "https://")) for u in urls):
+            raise ValueError(f"base_url must be an http(s) URL or a non-empty list of them, got {base_url!r}.")
+        if batch_size < 1:
+            raise ValueError(f"batch_size={batch_size} must be at least 1.")
+        self.model = str(model)
+        self.truncate = check_truncate(truncate)
+        self.options = EngineOptions(**options)
+        self._replicas = Replicas(
+            urls,
+            api_key=api_key if api_key is not None else os.environ.get("RBLN_API_KEY"),
+            timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
+            max_retries=max_retries,
+        )
+        self._batch_size = batch_size
+        self._loop = EngineLoop("rbln-retrieval-remote")
+        source_args = {
+            "revision": revision,
+            "cache_folder": cache_folder,
+            "token": token,
+            "local_files_only": local_files_only,
+        }
+        self._remote = RemoteModel(self.model, self.options, self._replicas, source_args)
+        self._closed = False
+
+    @property
+    def family(self) -> ModelFamily:
+        """The served model's family, read from the server on first use."""
+        known = self._remote.family
+        return known if known is not None else self._run(self._remote.described())
+
+    def __repr__(self) -> str:  # never shows the API key
+        return f"RemoteEngine(model={self.model!r}, replicas={self._replicas.urls})"
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        self._closed = True
+        if not self._loop.loop.is_closed() and not self._loop.forked:
+            self._loop.run(self._replicas.aclose())
+        self._loop.close()
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        self._reconnect_after_fork()
+        return self._loop.run(coro)
+
+    async def _arun(self, coro: Coroutine[Any, Any, T]) -> T:
+        self._reconnect_after_fork()
+        return await self._loop.arun(coro)
+
+    def _reconnect_after_fork(self) -> None:
+        # A forked child has a copy of this client without the loop thread and with the parent's connections.
+        if self._loop.forked and not self._closed:
+            self._loop = EngineLoop("rbln-retrieval-remote")
+            self._replicas.forget_connections()
+
+    def __enter__(self) -> RemoteEngine:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def dimension(self) -> int:
+        if not self.family.hidden_size:
+            self._remote.family = dataclasses.replace(self.family, hidden_size=self.embed([""]).shape[1])
+        return self.family.hidden_size
+
+    # -- public API (same signatures as PoolingEngine) ----------------------------------------------------------
+    def embed(
+        self,
+        texts: Iterable[str],
+        *,
+        kind: Literal["document", "query"] = "document",
+        instruction: str | None = None,
+        dimensions: int | None = None,
+        normalize: bool = True,
+        show_progress: bool = False,
+        truncate: Truncate | None = None,
+        timeout: float | None = None,
+        output: Output | Sequence[Output] = "dense",
+    ) -> Any:
+        return self._run(
+            self._call(
+                timeout,
+                self._embed(texts, kind, instruction, dimensions, normalize, self._truncate(truncate), output=output),
+            )
+        )
+
+    async def aembed(
+        self,
+        texts: Iterable[str],
+        *,
+        kind: Literal["document", "query"] = "document",
+        instruction: str | None = None,
+        dimensions: int | None = None,
+        normalize: bool = True,
+        show_progress: bool = False,
+        truncate: Truncate | None = None,
+        timeout: float | None = None,
+        output: Output | Sequence[Output] = "dense",
+    ) -> Any:
+        return await self._arun(
+            self._call(
+                timeout,
+                self._embed(texts, kind, instruction, dimensions, normalize, self._truncate(truncate), output=output),
+            )
+        )
+
+    def score(
+        self,
+        query: str,
+        documents: Iterable[str],
+        *,
+        instruction: str | None = None,
+        truncate: Truncate | None = None,
+        timeout: float | None = None,
+        output: Literal["dense", "multi_vector"] = "dense",
+    ) -> list[float]:
+        return self._run(
+            self._call(timeout, self._score(query, documents, instruction, self._truncate(truncate), output))
+        )
+
+    async def ascore(
+        self,
+        query: str,
+        documents: Iterable[str],
+        *,
+        instruction: str | None = None,
+        truncate: Truncate | None = None,
+        timeout: float | None = None,
+        output: Literal["dense", "multi_vector"] = "dense",
+    ) -> list[float]:
+        return await self._arun(
+            self._call(timeout, self._score(query, documents, instruction, self._truncate(truncate), output))
+        )
+
+    def rerank(
+        self,
+        query: str,
+        documents: Iterable[str],
+        *,
+        top_n: int | None = None,
+        instruction: str | None = None,
+        truncate: Truncate | None = None,
+        timeout: float | None = None,
+        output: Literal["dense", "multi_vector"] = "dense",
+    ) -> list[tuple[int, float]]:
+        scores = self.score(
+            query, documents, instruction=instruction, truncate=truncate, timeout=timeout, output=output
+        )
+        return rank(scores, top_n)
+
+    async def arerank(
+        self,
+        query: str,
+        documents: Iterable[str],
+        *,
+        top_n: int | None = None,
+        instruction: str | None = None,
+        truncate: Truncate | None = None,
+        timeout: float | None = None,
+        output: Literal["dense", "multi_vector"] = "dense",
+    ) -> list[tuple[int, float]]:
+        scores = await self.ascore(
+            query, documents, instruction=instruction, truncate=truncate, timeout=timeout, output=output
+        )
+        return rank(scores, top_n)
+
+    # -- implementation (on the client's loop) ------------------------------------------------------------------
+    def _truncate(self, truncate: str | None) -> Truncate:
+        return self.truncate if truncate is None else check_truncate(truncate)
+
+    @staticmethod
+    async def _call(timeout: float | None, work: Coroutine[Any, Any, T]) -> T:
+        if timeout is not None and not timeout > 0:
+            work.close()
+            raise ValueError(f"timeout={timeout!r} must be a positive number of seconds or None.")
+        _call_timeout.set(timeout)  # this task's context: the call's requests see it, other calls do not
+        return await work
+
+    @staticmethod
+    def _truncation(family: ModelFamily, truncate: Truncate) -> dict[str, Any]:
+        if truncate == "error" or not family.max_length:
+            return {}
+        if truncate == "start":
+            # vLLM then slices the token list, special tokens included: close to, not equal to, local "start".
+            return {"truncate_prompt_tokens": family.max_length, "truncation_side": "left"}
+        # Without a side vLLM truncates inside the tokenizer, which keeps special tokens as local mode does.
+        return {"truncate_prompt_tokens": family.max_length}
+
+    async def _embed(
+        self,
+        texts: Iterable[str],
+        kind: str,
+        instruction: str | None,
+        dimensions: int | None,
+        normalize: bool,
+        truncate: Truncate,
+        what: str = "texts",
+        output: Any = "dense",
+    ) -> Any:
+        family = await self._remote.described()  # never the sync property here: it would wait on this very loop
+        if not (isinstance(output, str) and output == "dense") or family.late_interaction_only:
+            outputs = check_remote_outputs(output, family=family.name, model=self.model)
+            return {outputs[0]: await self._embed(texts, kind, instruction, dimensions, normalize, truncate, what)}
+        prefix = embed_prefix(family, self.model, kind, instruction)
+        if family.hidden_size:
+            check_dimensions(
+                dimensions,
+                hidden_size=family.hidden_size,
+                matryoshka=family.matryoshka,
+                model=self.model,
+                sizes=family.matryoshka_dimensions,
+            )
+        payload: dict[str, Any] = {"use_activation": normalize, **self._truncation(family, truncate)}
+        if dimensions is not None:
+            payload["dimensions"] = dimensions
+        prompts = [prefix + t for _, chunk in chunks(texts, what) for t in chunk]
+        if not prompts:
+            return np.zeros((0, dimensions or family.hidden_size), dtype=np.float32)
+
+        async def batch(items: list[str]) -> list[list[float]]:
+            data = (await self._post("/v1/embeddings", {**payload, "input": items}))["data"]
+            return [row["embedding"] for row in sorted(data, key=lambda row: row["index"])]
+
+        return np.asarray(await self._batched(prompts, batch), dtype=np.float32)
+
+    async def _score(
+        self, query: str, documents: Iterable[str], instruction: str | None, truncate: Truncate, output: str = "dense"
+    ) -> list[float]:
+        query = check_query(query)
+        family = await self._remote.described()
+        if output != "dense" or family.late_interaction_only:  # late interaction needs multi-vectors, not served
+            late = "multi_vector" if output == "dense" else output
+            check_remote_outputs(late, family=family.name, model=self.model)
+        docs = [d for _, chunk in chunks(documents, "documents") for d in chunk]
+        if not docs:
+            return []
+        method = score_method(family, self.model, instruction)
+        if method == "cosine":
+            doc_vectors = await self._embed(docs, "document", None, None, True, truncate, what="documents")
+            query_vector = (await self._embed([query], "query", instruction, None, True, truncate))[0]
+            return [float(s) for s in doc_vectors @ query_vector]
+        if method == "qwen3-reranker":
+            prompts = qwen3_reranker_prompts(family, query, docs, instruction)
+
+            async def batch(items: list[str]) -> list[float]:
+                body = {"input": items, "add_special_tokens": False, **self._truncation(family, truncate)}
+                data = (await self._post("/classify", body))["data"]
+                return [row["probs"][0] for row in sorted(data, key=lambda row: row["index"])]
+
+            return [float(s) for s in await self._batched(prompts, batch)]
+
+        async def pairs(items: list[str]) -> list[float]:
+            body = {"queries": query, "documents": items, **self._truncation(family, truncate)}
+            data = (await self._post("/score", body))["data"]
+            return [row["score"] for row in sorted(data, key=lambda row: row["index"])]
+
+        return [float(s) for s in await self._batched(docs, pairs)]
+
+    async def _batched(self, items: list[Any], call: Callable[[list[Any]], Awaitable[list[Any]]]) -> list[Any]:
+        """Run ``call`` over batches concurrently (spread over replicas) and concatenate in input order."""
+        batches = [items[i : i + self._batch_size] for i in range(0, len(items), self._batch_size)]
+        try:
+            results = await asyncio.gather(*(call(b) for b in batches))
+        except (KeyError, IndexError, TypeError) as exc:  # valid JSON, but not the answer of a pooling server
+            raise RemoteError(f"The server's answer lacks the expected fields ({type(exc).__name__}: {exc}).") from exc
+        out = [row for result in results for row in result]
+        if len(out) != len(items):
+            raise RemoteError(f"The server returned {len(out)} results for {len(items)} inputs.")
+        return out
+
+    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST ``body`` for this model, with the timeout of the call in progress."""
+        return await self._remote.post(path, body, _call_timeout.get())

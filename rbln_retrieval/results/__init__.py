@@ -1,0 +1,10 @@
+"""Pooled rows to what callers get: bge-m3's sparse weights and ColBERT multi-vectors finished on the host, MaxSim,
+rankings, and the precision each compute dtype promises.
+
+outputs.py (the outputs besides dense vectors, and their MaxSim), ranking.py (scores -> (index, score) pairs,
+best first), precision.py (the bounds against float32). Shared by the local engine, the remote client and the
+framework integrations, so all finish results the same way.
+
+May import: nothing
+Engine libraries: none
+"""

@@ -1,0 +1,187 @@
+"""What ``embed(output=...)`` can return besides dense vectors: bge-m3's sparse lexical weights and ColBERT
+multi-vectors, finished on the host exactly as FlagEmbedding's BGEM3 finishes them.
+
+vLLM's BgeM3EmbeddingModel computes them with pooling tasks of its own: "token_classify" gives relu(sparse_linear(h))
+per token without the first (bos) and last (eos) token, "token_embed" gives colbert_linear(h) per token without the
+first token, normalized, and "embed&token_classify" gives the dense vector followed by the sparse weights from one
+forward. vLLM serves one task per request, so dense + sparse cost one forward and multi-vectors one more.
+
+A ColBERT checkpoint (family "colbert", vLLM's ColBERTModel) has multi-vectors only: "token_embed" gives its
+projection of every token, [CLS] and [SEP] included, normalized.
+
+Imports nothing of this package; numpy.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+Output = Literal["dense", "sparse", "multi_vector"]
+OUTPUTS: tuple[Output, ...] = ("dense", "sparse", "multi_vector")
+# Which outputs a family's checkpoints can give; every embedding family gives dense vectors.
+FAMILY_OUTPUTS: dict[str, tuple[Output, ...]] = {"bge-m3": OUTPUTS, "colbert": ("multi_vector",)}
+_MISSING_HEAD = {
+    "dense": "pooled vector (it gives one vector per token)",
+    "sparse": "sparse (lexical weight) head",
+    "multi_vector": "multi-vector (ColBERT) head",
+}
+
+
+def check_outputs(output: Any, *, family: str, model: str) -> tuple[Output, ...]:
+    """The requested outputs as a tuple, or ValueError/TypeError in one sentence naming the model and output."""
+    names = (output,) if isinstance(output, str) else output
+    if not isinstance(names, Sequence) or isinstance(names, bytes) or not names:
+        raise TypeError(f"output is {output!r}; expected one of {', '.join(OUTPUTS)} or a non-empty list of them.")
+    for name in names:
+        if name not in OUTPUTS:
+            raise ValueError(f"output={name!r} is not one of {', '.join(map(repr, OUTPUTS))}.")
+        if name not in FAMILY_OUTPUTS.get(family, ("dense",)) and family == "colbert":
+            raise ValueError(
+                f"{model} is a ColBERT model with no {_MISSING_HEAD[name]}, so it cannot give output={name!r}; "
+                "ask for output='multi_vector', or score and rerank with it (late interaction)."
+            )
+        if name not in FAMILY_OUTPUTS.get(family, ("dense",)):
+            raise ValueError(
+                f"{model} has no {_MISSING_HEAD[name]} (family {family}), so it cannot give output={name!r}; "
+                "bge-m3 checkpoints (sparse_linear.pt and colbert_linear.pt beside the weights) can."
+            )
+    if len(set(names)) != len(names):
+        raise ValueError(f"output={list(names)!r} names an output twice.")
+    return tuple(names)
+
+
+def npu_note(family: str, model: str) -> str | None:
+    """What the bundled runner on the NPU does with this family's token-level outputs, for the engine's start."""
+    outputs = FAMILY_OUTPUTS.get(family, ("dense",))
+    if outputs == ("dense",):
+        return None
+    if "dense" not in outputs:
+        return f"{model}: multi-vector outputs are pooled by vLLM's pooler on the host from the graph's hidden states."
+    return (
+        f"{model}: dense vectors are pooled inside the NPU graph; sparse and multi-vector outputs are pooled by "
+        "vLLM's pooler on the host from the graph's hidden states."
+    )
+
+
+def check_remote_outputs(output: Any, *, family: str, model: str) -> tuple[Output, ...]:
+    """``check_outputs`` for a RemoteEngine: vLLM 0.30's server answers one pooling task per model (its
+    /pooling route refuses "embed&token_classify" and a server started for "embed" serves no token tasks), so a
+    served model gives dense vectors only."""
+    outputs = check_outputs(output, family=family, model=model)
+    if token_level := [name for name in outputs if name != "dense"]:
+        raise ValueError(
+            f"output={token_level[0]!r} of {model} is not served over HTTP (vLLM's server gives one pooling task "
+            "per model, dense vectors here); compute it with a local PoolingEngine."
+        )
+    return outputs
+
+
+PoolingTask = Literal["embed", "token_classify", "token_embed", "embed&token_classify"]
+
+
+def pooling_tasks(outputs: tuple[Output, ...]) -> list[PoolingTask]:
+    """vLLM pooling tasks that compute ``outputs``, one forward each."""
+    tasks: list[PoolingTask] = []
+    if "dense" in outputs and "sparse" in outputs:
+        tasks.append("embed&token_classify")
+    elif "dense" in outputs:
+        tasks.append("embed")
+    elif "sparse" in outputs:
+        tasks.append("token_classify")
+    if "multi_vector" in outputs:
+        tasks.append("token_embed")
+    return tasks
+
+
+@dataclass(frozen=True)
+class SpecialTokens:
+    """The ids vLLM trims from token-level outputs (bos, eos from the model config) and those bge-m3 leaves out of
+    its lexical weights (cls, eos, pad, unk, as FlagEmbedding's ``_process_token_weights``)."""
+
+    bos: int | None
+    eos: int | None
+    unused: frozenset[int]
+
+    @classmethod
+    def of(cls, tokenizer: Any, model_dir: str) -> SpecialTokens:
+        config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+        named = tokenizer.special_tokens_map
+        unused = {
+            tokenizer.convert_tokens_to_ids(named[name])
+            for name in ("cls_token", "eos_token", "pad_token", "unk_token")
+            if name in named
+        }
+        return cls(config.get("bos_token_id"), config.get("eos_token_id"), frozenset(unused))
+
+
+def lexical_weights(ids: list[int], weights: np.ndarray, special: SpecialTokens) -> dict[int, float]:
+    """{token_id: weight} for one text: special tokens and zero weights left out, the largest weight kept for a
+    token that occurs more than once. ``weights`` holds one entry per token vLLM kept (see module docstring)."""
+    start = 1 if ids and ids[0] == special.bos else 0
+    end = len(ids) - 1 if len(ids) > start and ids[-1] == special.eos else len(ids)
+    if len(weights) != end - start:
+        raise RuntimeError(f"vLLM returned {len(weights)} token weights for a prompt of {len(ids)} tokens.")
+    result: dict[int, float] = {}
+    for token, weight in zip(ids[start:end], np.maximum(weights, 0.0).tolist()):
+        if token not in special.unused and weight > 0 and weight > result.get(token, 0.0):
+            result[token] = weight
+    return result
+
+
+def maxsim(query: np.ndarray, document: np.ndarray, *, family: str) -> float:
+    """Late-interaction relevance: each query vector's best dot product with any document vector, summed over the
+    query vectors as ColBERT (and vLLM's ``compute_maxsim_score``) does, averaged as bge-m3's ``colbert_score``."""
+    if len(query) == 0 or len(document) == 0:
+        return 0.0
+    best = (query @ document.T).max(axis=1)
+    return float(best.mean() if family == "bge-m3" else best.sum())
+
+
+def normalized(rows: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (float32), as torch.nn.functional.normalize (eps 1e-12)."""
+    norms = np.maximum(np.linalg.norm(rows, axis=-1, keepdims=True), 1e-12)
+    unit: np.ndarray = (rows / norms).astype(np.float32, copy=False)
+    return unit
+
+
+def assemble(
+    outputs: tuple[Output, ...],
+    raw: dict[str, list[np.ndarray]],
+    token_ids: list[list[int]],
+    *,
+    hidden_size: int,
+    normalize: bool,
+    special: SpecialTokens,
+) -> dict[str, Any]:
+    """Per output, the results for every text from the raw rows of each pooling task (requested without vLLM's
+    activation where one task carries two outputs; see ``activation``)."""
+    result: dict[str, Any] = {}
+    if "embed&token_classify" in raw:
+        rows = raw["embed&token_classify"]
+        dense = np.stack([row[:hidden_size] for row in rows]) if rows else np.zeros((0, hidden_size), np.float32)
+        result["dense"] = normalized(dense) if normalize else dense.astype(np.float32, copy=False)
+        result["sparse"] = [lexical_weights(ids, row[hidden_size:], special) for ids, row in zip(token_ids, rows)]
+    elif "embed" in raw:
+        rows = raw["embed"]
+        result["dense"] = np.stack(rows).astype(np.float32) if rows else np.zeros((0, hidden_size), np.float32)
+    elif "token_classify" in raw:
+        result["sparse"] = [lexical_weights(ids, row, special) for ids, row in zip(token_ids, raw["token_classify"])]
+    if "token_embed" in raw:
+        result["multi_vector"] = [
+            row.reshape(-1, hidden_size).astype(np.float32, copy=False) for row in raw["token_embed"]
+        ]
+    return {name: result[name] for name in outputs}
+
+
+def activation(task: str, normalize: bool) -> bool:
+    """vLLM's ``use_activation`` per task. The combined task's activation would tie the dense vector's
+    normalization to the sparse relu, so it runs without and ``assemble`` applies both."""
+    if task == "embed&token_classify":
+        return False
+    return True if task == "token_classify" else normalize

@@ -1,0 +1,157 @@
+"""Prompted text -> token ids, with the caller's truncation policy applied before the engine sees anything.
+
+We tokenize here rather than in vLLM so that truncation is defined for every input ("end" keeps the start,
+"start" keeps the end, "error" names the offending index) and templates are never cut. The policy is an argument
+of every call, so objects with different policies share one engine.
+
+Imports: models (families, family_prompts); transformers when the first tokenizer is made.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rbln_retrieval.models.families import ModelFamily
+from rbln_retrieval.models.family_prompts import QWEN3_RERANKER_PREFIX, QWEN3_RERANKER_SUFFIX
+
+# Truncation keeps at most max_length tokens: only a window of this many characters per kept token is tokenized,
+# not the whole text (a 1 MB text would hold about 200 MiB of tokenizer state).
+CHARS_PER_TOKEN = 32
+
+
+@dataclass(frozen=True)
+class Tokens:
+    ids: list[int]
+    # Segment ids for BERT-style pair inputs; None where the model takes none.
+    type_ids: list[int] | None = None
+
+
+class PromptTokenizer:
+    def __init__(self, model_dir: str | Path, family: ModelFamily, *, trust_remote_code: bool = False):
+        self.family = family
+        self.max_length = family.max_length
+        self._model_dir = str(model_dir)
+        self._trust_remote_code = trust_remote_code
+        # The truncation side is tokenizer state, and calls with either side may run at once on worker threads:
+        # one tokenizer per side, the left one loaded when a truncate="start" call first needs it.
+        self._by_side: dict[str, Any] = {}
+        self._load_lock = threading.Lock()
+        self.hf = self._side("right")
+        self._num_special = len(self.hf("", add_special_tokens=True)["input_ids"])
+
+    def _side(self, side: str) -> Any:
+        with self._load_lock:
+            if side not in self._by_side:
+                from transformers import AutoTokenizer  # imported with the first local engine, not with the package
+
+                hf = AutoTokenizer.from_pretrained(
+                    self._model_dir, trust_remote_code=self._trust_remote_code, truncation_side=side
+                )
+                # We enforce max_length ourselves; the tokenizer's own limit only warns on untruncated passes.
+                hf.model_max_length = 1 << 62
+                self._by_side[side] = hf
+            return self._by_side[side]
+
+    def _for(self, truncate: str) -> Any:
+        return self._side("left" if truncate == "start" else "right")
+
+    # -- single texts (embeddings) ---------------------------------------------------------------------------
+    def encode_texts(
+        self, texts: list[str], prefix: str, truncate: str = "end", *, first_index: int = 0
+    ) -> list[Tokens]:
+        hf = self._for(truncate)
+        if truncate == "error":
+            ids = hf([prefix + text for text in texts], truncation=False)["input_ids"]
+            for pos, row in enumerate(ids):
+                if len(row) > self.max_length:
+                    self._raise_too_long(first_index + pos, len(row))
+            return [Tokens(i) for i in ids]
+        windows = [self._window(text, truncate) for text in texts]
+        if truncate == "end":
+            ids = hf([prefix + w for w in windows], truncation=True, max_length=self.max_length)["input_ids"]
+        else:
+            ids = hf([prefix + w for w in windows], truncation=False)["input_ids"]
+        for pos, row in enumerate(ids):
+            if len(row) < self.max_length and windows[pos] is not texts[pos]:
+                # The window held fewer tokens than fit (over CHARS_PER_TOKEN characters each): use the whole text.
+                windows[pos] = texts[pos]
+                row = ids[pos] = hf(prefix + texts[pos], truncation=truncate == "end", max_length=self.max_length)[
+                    "input_ids"
+                ]
+            if len(row) > self.max_length:  # truncate="start"
+                ids[pos] = self._keep_end(hf, prefix, windows[pos])
+        return [Tokens(i) for i in ids]
+
+    def _window(self, text: str, truncate: str) -> str:
+        """The part of ``text`` that truncation can keep: its start ("end") or its end ("start"), cut at a space
+        so no word is split, or ``text`` itself when it is short or has no space to cut at."""
+        limit = self.max_length * CHARS_PER_TOKEN
+        if len(text) <= limit:
+            return text
+        if truncate == "end":
+            cut = text.rfind(" ", 0, limit)
+            return text[:cut] if cut > 0 else text
+        cut = text.find(" ", len(text) - limit)
+        return text[cut:] if cut > 0 else text
+
+    def _keep_end(self, hf: Any, prefix: str, text: str) -> list[int]:
+        """Keep the prompt and as much of the end of ``text`` as fits."""
+        prefix_len = len(hf(prefix, add_special_tokens=False)["input_ids"]) if prefix else 0
+        budget = self.max_length - self._num_special - prefix_len
+        if budget <= 0:
+            raise ValueError(f"The prompt {prefix!r} alone does not fit in max_length={self.max_length}.")
+        offsets = hf(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        for keep in range(budget, 0, -1):  # re-tokenizing at a cut can merge pieces differently: shrink until it fits
+            ids: list[int] = hf(prefix + text[offsets[-keep][0] :])["input_ids"]
+            if len(ids) <= self.max_length:
+                return ids
+        prompt_only: list[int] = hf(prefix)["input_ids"]
+        return prompt_only
+
+    # -- pairs (cross-encoders) ------------------------------------------------------------------------------
+    def encode_pairs(
+        self, query: str, documents: list[str], truncate: str = "end", *, first_index: int = 0
+    ) -> list[Tokens]:
+        queries = [query] * len(documents)
+        truncation = truncate != "error"
+        enc = self._for(truncate)(
+            queries,
+            documents,
+            truncation="longest_first" if truncation else False,
+            max_length=self.max_length if truncation else None,
+            return_token_type_ids=self.family.uses_token_type_ids,
+        )
+        if not truncation:
+            for pos, row in enumerate(enc["input_ids"]):
+                if len(row) > self.max_length:
+                    self._raise_too_long(first_index + pos, len(row), what="documents", pair=True)
+        type_ids = enc.get("token_type_ids") if self.family.uses_token_type_ids else None
+        return [Tokens(ids, type_ids[pos] if type_ids else None) for pos, ids in enumerate(enc["input_ids"])]
+
+    def encode_qwen3_reranker(self, pairs: list[str], truncate: str = "end", *, first_index: int = 0) -> list[Tokens]:
+        """Qwen3-Reranker's own recipe: fixed prefix and suffix tokens around each truncated pair text
+        (rbln_retrieval.text.prompts.qwen3_reranker_pairs)."""
+        hf = self._for(truncate)
+        prefix = hf(QWEN3_RERANKER_PREFIX, add_special_tokens=False)["input_ids"]
+        suffix = hf(QWEN3_RERANKER_SUFFIX, add_special_tokens=False)["input_ids"]
+        budget = self.max_length - len(prefix) - len(suffix)
+        truncation = truncate != "error"
+        middles = hf(pairs, add_special_tokens=False, truncation=truncation, max_length=budget if truncation else None)[
+            "input_ids"
+        ]
+        out = []
+        for pos, middle in enumerate(middles):
+            if len(middle) > budget:
+                self._raise_too_long(first_index + pos, len(prefix) + len(middle) + len(suffix), "documents", True)
+            out.append(Tokens(prefix + middle + suffix))
+        return out
+
+    def _raise_too_long(self, index: int, count: int, what: str = "texts", pair: bool = False) -> None:
+        subject = f"query + {what}[{index}]" if pair else f"{what}[{index}]"
+        raise ValueError(
+            f"{subject} is {count} tokens, over max_length={self.max_length} (truncate='error'; "
+            "use truncate='end' or 'start' to cut it)."
+        )
