@@ -24,7 +24,7 @@ from rbln_retrieval.backend.config import BundledConfig
 from rbln_retrieval.cli import main
 from rbln_retrieval.errors import DeviceUnavailableError
 
-NO_RUNTIME = "device='rbln' cannot be used: the RBLN runtime is not installed (rebel-compiler, torch-rbln missing)"
+NO_RUNTIME = "device='rbln' cannot be used: the RBLN runtime is not installed (rebel-compiler missing)"
 QUERY = "How are exceptions raised and handled in Python?"
 PASSAGES = [
     "The raise statement raises an exception; try and except handle it.",
