@@ -20,6 +20,9 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+# vllm-rbln (installed beside us, as on an NPU host) activates its platform on any bare vLLM import and needs
+# rebel-compiler for it: the stock runner and the cold-start script import vLLM directly.
+os.environ.setdefault("VLLM_PLUGINS", "")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import ingest_profile
