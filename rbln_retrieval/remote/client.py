@@ -6,7 +6,7 @@ batches sent concurrently through rbln_retrieval.remote.replicas (spread over th
 with backoff), so every input gets exactly one result, in input order, or the call raises.
 
 Imports: engines (loop, options, protocol), models (families), remote (replicas, served_model), results
-(outputs, ranking), text (inputs, prompts); numpy.
+(outputs, quantize, ranking), text (inputs, prompts); numpy.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from rbln_retrieval.models.families import ModelFamily
 from rbln_retrieval.remote.replicas import RemoteAuthError, RemoteError, Replicas
 from rbln_retrieval.remote.served_model import RemoteModel
 from rbln_retrieval.results.outputs import Output, check_remote_outputs
+from rbln_retrieval.results.quantize import Precision, check_precision, quantizer
 from rbln_retrieval.results.ranking import rank
 from rbln_retrieval.text.inputs import Truncate, check_dimensions, check_query, check_truncate, chunks
 from rbln_retrieval.text.prompts import embed_prefix, qwen3_reranker_prompts, score_method
@@ -146,11 +147,19 @@ class RemoteEngine:
         truncate: Truncate | None = None,
         timeout: float | None = None,
         output: Output | Sequence[Output] = "dense",
+        precision: Precision = "float32",
+        ranges: np.ndarray | None = None,
+        calibration_embeddings: np.ndarray | None = None,
     ) -> Any:
-        return self._run(
-            self._call(
-                timeout,
-                self._embed(texts, kind, instruction, dimensions, normalize, self._truncate(truncate), output=output),
+        quantize = self._quantizer(precision, ranges, calibration_embeddings, output, dimensions)
+        return quantize(
+            self._run(
+                self._call(
+                    timeout,
+                    self._embed(
+                        texts, kind, instruction, dimensions, normalize, self._truncate(truncate), output=output
+                    ),
+                )
             )
         )
 
@@ -166,11 +175,19 @@ class RemoteEngine:
         truncate: Truncate | None = None,
         timeout: float | None = None,
         output: Output | Sequence[Output] = "dense",
+        precision: Precision = "float32",
+        ranges: np.ndarray | None = None,
+        calibration_embeddings: np.ndarray | None = None,
     ) -> Any:
-        return await self._arun(
-            self._call(
-                timeout,
-                self._embed(texts, kind, instruction, dimensions, normalize, self._truncate(truncate), output=output),
+        quantize = self._quantizer(precision, ranges, calibration_embeddings, output, dimensions)
+        return quantize(
+            await self._arun(
+                self._call(
+                    timeout,
+                    self._embed(
+                        texts, kind, instruction, dimensions, normalize, self._truncate(truncate), output=output
+                    ),
+                )
             )
         )
 
@@ -237,6 +254,15 @@ class RemoteEngine:
     # -- implementation (on the client's loop) ------------------------------------------------------------------
     def _truncate(self, truncate: str | None) -> Truncate:
         return self.truncate if truncate is None else check_truncate(truncate)
+
+    def _quantizer(self, precision: str, ranges: Any, calibration: Any, output: Any, dimensions: int | None) -> Any:
+        """Quantization of the float32 answer, done here on the client (vLLM's embeddings API carries floats
+        only); checked before any request where the vectors' width is known."""
+        known = self._remote.family
+        width = dimensions or (known.hidden_size if known is not None else 0)
+        if check_precision(precision, ranges, calibration, output=output) == "float32" or width:
+            return quantizer(precision, ranges, calibration, output=output, dim=width)
+        return lambda rows: quantizer(precision, ranges, calibration, output=output, dim=rows.shape[1])(rows)
 
     @staticmethod
     async def _call(timeout: float | None, work: Coroutine[Any, Any, T]) -> T:
