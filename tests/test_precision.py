@@ -4,6 +4,7 @@ vectors, bit for bit and dtype for dtype, locally, over the CLI, in the framewor
 from __future__ import annotations
 
 import asyncio
+import base64
 
 import numpy as np
 import pytest
@@ -157,3 +158,52 @@ def test_langchain_and_llama_index_int8(minilm, minilm_engine, calibration):
     assert li.get_query_embedding(QUERIES[0]) == want_query
     with pytest.raises(ValueError, match="precision"):
         RBLNEmbeddings(model=str(minilm), device="cpu", dtype="float32", precision="binary")
+
+
+@pytest.fixture(scope="module")
+def server(minilm, tmp_path_factory):
+    from servers import Server
+
+    started = Server(minilm, tmp_path_factory.mktemp("precision-server") / "minilm.log")
+    try:
+        started.wait_ready()
+        yield started
+    finally:
+        started.stop()
+
+
+@pytest.mark.server
+def test_remote_sends_quantized_bytes_equal_to_local(server, minilm, minilm_engine, calibration):
+    import httpx
+
+    from rbln_retrieval.engines.protocol import QUANTIZED_EMBED_PATH
+    from rbln_retrieval.remote import RemoteEngine
+
+    ranges = quantization_ranges(calibration)
+    with RemoteEngine(str(minilm), base_url=server.url) as remote:
+        remote_floats = remote.embed(TEXTS)
+        # A float32 server path (another process, another batch) may move a value across a bucket edge or zero;
+        # the remote codes must be exactly sentence-transformers' of the remote floats and agree with local ones.
+        for precision in PRECISIONS[1:]:
+            kw = _kwargs(precision, calibration)
+            got = remote.embed(TEXTS, **kw)
+            _assert_same(got, _st(remote_floats, precision, calibration))
+            local = minilm_engine.embed(TEXTS, **kw)
+            assert np.mean(got == local) > 0.99, precision
+        assert remote._remote.quantizes
+        got = asyncio.run(remote.aembed(QUERIES, kind="query", precision="uint8", calibration_embeddings=calibration))
+        _assert_same(got, _st(remote.embed(QUERIES, kind="query"), "uint8", calibration))
+        # A plain vLLM server has no quantized route: the client then quantizes the float32 answer itself.
+        remote._remote.quantizes = False
+        _assert_same(remote.embed(TEXTS, precision="binary"), _st(remote_floats, "binary", calibration))
+        with pytest.raises(ValueError, match=r"ranges must have shape \(2, 384\)"):
+            remote.embed(TEXTS, precision="int8", ranges=ranges[:, :10])
+        with pytest.raises(ValueError, match="precision must be one of"):
+            remote.embed(TEXTS, precision="fp4")
+    # On the wire: base64 of one byte per dimension (int8), one bit per dimension (binary), never floats.
+    body = {"model": str(minilm), "input": TEXTS[:2], "precision": "binary"}
+    answer = httpx.post(server.url + QUANTIZED_EMBED_PATH, json=body, timeout=60).json()
+    assert answer["dtype"] == "int8" and len(base64.b64decode(answer["data"][0]["embedding"])) == 384 // 8
+    body = {**body, "precision": "int8", "ranges": ranges[:, :10].tolist()}
+    refused = httpx.post(server.url + QUANTIZED_EMBED_PATH, json=body, timeout=60)
+    assert refused.status_code == 400 and "ranges must have shape (2, 384)" in refused.json()["error"]["message"]
