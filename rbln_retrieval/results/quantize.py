@@ -113,7 +113,7 @@ def quantize_embeddings(
         starts = scale[0, :]
         steps = (scale[1, :] - starts) / 255
         steps = np.where(steps == 0, 1, steps)  # a constant dimension: every value falls in bucket 0
-        buckets = np.clip(np.floor((embeddings - starts) / steps), 0, 255)
+        buckets: np.ndarray = np.clip(np.floor((embeddings - starts) / steps), 0, 255)
         return buckets.astype(np.uint8) if precision == "uint8" else (buckets - 128).astype(np.int8)
     packed = np.packbits(embeddings > 0, axis=-1)
     # The uint8 subtraction wraps before the cast, exactly as sentence-transformers computes it.
