@@ -24,7 +24,8 @@ with PoolingEngine(get_model_path(), device="cpu", dtype="float32") as e:
     Q = e.embed([q.query for q in qs], kind="query")
     Db = e.embed([p.text for p in ps], precision="ubinary")
 print(
-    f"{len(ps)} passages, {len(qs)} queries, embedded in {time.time() - t:.0f} s; bytes per vector {D[0].nbytes} -> {Db[0].nbytes}"
+    f"{len(ps)} passages, {len(qs)} queries, embedded in {time.time() - t:.0f} s; "
+    f"bytes per vector {D[0].nbytes} -> {Db[0].nbytes}"
 )
 k, mult = 10, 4  # top 10, rescoring binary's top 40
 f_top = np.argsort(-(Q @ D.T), axis=1)[:, :k]
