@@ -183,12 +183,9 @@ class PoolingEngine:
         sentence-transformers' ``quantize_embeddings`` does; int8/uint8 take ``ranges`` (2, d) or
         ``calibration_embeddings`` (rbln_retrieval.results.quantize)."""
         quantize = quantizer(precision, ranges, calibration_embeddings, output=output, dim=dimensions or self.dimension)
+        cut = self._truncate(truncate)
         return quantize(
-            self._loop.run(
-                self._embed_any(
-                    texts, kind, instruction, dimensions, normalize, show_progress, self._truncate(truncate), output
-                )
-            )
+            self._loop.run(self._embed_any(texts, kind, instruction, dimensions, normalize, show_progress, cut, output))
         )
 
     def score(
@@ -235,11 +232,10 @@ class PoolingEngine:
         calibration_embeddings: np.ndarray | None = None,
     ) -> Any:
         quantize = quantizer(precision, ranges, calibration_embeddings, output=output, dim=dimensions or self.dimension)
+        cut = self._truncate(truncate)
         return quantize(
             await self._loop.arun(
-                self._embed_any(
-                    texts, kind, instruction, dimensions, normalize, show_progress, self._truncate(truncate), output
-                )
+                self._embed_any(texts, kind, instruction, dimensions, normalize, show_progress, cut, output)
             )
         )
 
