@@ -30,6 +30,7 @@ from rbln_retrieval.frameworks.settings import EngineHolder
 from rbln_retrieval.local.engine import PoolingEngine
 from rbln_retrieval.models.families import ModelFamily, detect_family
 from rbln_retrieval.models.source import ModelSource, resolve_model
+from rbln_retrieval.results.quantize import quantization_ranges, quantize_embeddings
 from rbln_retrieval.results.ranking import rank
 
 __all__ = [
@@ -47,6 +48,8 @@ __all__ = [
     "RetrievalEngine",
     "detect_family",
     "get_engine",
+    "quantization_ranges",
+    "quantize_embeddings",
     "rank",
     "resolve_model",
 ]

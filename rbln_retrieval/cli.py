@@ -2,6 +2,7 @@
 
     rbln-retrieval doctor
     rbln-retrieval embed MODEL [FILE ...|-] [-o vectors.npy] [--query] [--instruction TEXT] [--dimensions N]
+        [--precision int8|uint8|binary|ubinary [--ranges R.npy | --calibration C.npy]]
     rbln-retrieval rerank MODEL --query TEXT [FILE ...|-] [--top-n N]
     rbln-retrieval serve MODEL [--host H] [--port P] [--api-key KEY]
 
@@ -91,6 +92,16 @@ def _parser() -> tuple[_Parser, dict[str, _Parser]]:
     embed.add_argument("--query", action="store_true", help="embed the texts as queries (applies the query prompt)")
     embed.add_argument("--instruction", help="replace the model's prompt (Qwen3-Embedding queries: the task)")
     embed.add_argument("--dimensions", type=int, help="matryoshka size (Qwen3-Embedding, Nomic, EmbeddingGemma)")
+    embed.add_argument(
+        "--precision",
+        choices=("float32", "int8", "uint8", "binary", "ubinary"),
+        default="float32",
+        help="quantize the vectors as sentence-transformers' quantize_embeddings does (see docs/quantization.md)",
+    )
+    embed.add_argument("--ranges", type=Path, help="int8/uint8: a .npy of shape (2, dim), per-dimension min and max")
+    embed.add_argument(
+        "--calibration", type=Path, help="int8/uint8: a .npy of float vectors (n, dim) to take ranges of"
+    )
     embed.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     embed.set_defaults(run=_embed)
 
@@ -236,6 +247,13 @@ def _embed(args: argparse.Namespace) -> int:
     texts = read_texts(args.files, args.format)
     if args.output is not None and not args.output.parent.is_dir():
         raise FileNotFoundError(f"{args.output.parent} does not exist; cannot write {args.output}.")
+    # Refused here, before the engine starts, rather than by embed after 10-25 s of startup.
+    if args.precision.endswith("int8") and (args.ranges is None) == (args.calibration is None):
+        raise ValueError(f"--precision {args.precision} needs either --ranges or --calibration (a .npy file).")
+    if not args.precision.endswith("int8") and (args.ranges or args.calibration):
+        raise ValueError(f"--ranges and --calibration apply to --precision int8 or uint8, not {args.precision}.")
+    ranges = np.load(args.ranges) if args.ranges else None
+    calibration = np.load(args.calibration) if args.calibration else None
     with _engine(args) as engine:
         vectors = engine.embed(
             texts,
@@ -243,6 +261,9 @@ def _embed(args: argparse.Namespace) -> int:
             instruction=args.instruction,
             dimensions=args.dimensions,
             show_progress=not args.no_progress,
+            precision=args.precision,
+            ranges=ranges,
+            calibration_embeddings=calibration,
         )
     if args.output is not None and args.output.suffix == ".npy":
         np.save(args.output, vectors)

@@ -24,6 +24,8 @@ PUBLIC = {
         "RetrievalEngine",
         "detect_family",
         "get_engine",
+        "quantization_ranges",
+        "quantize_embeddings",
         "rank",
         "resolve_model",
     ],

@@ -5,6 +5,6 @@ protocol.py (RetrievalEngine; the route a server describes its model on), option
 loop.py (EngineLoop: sync and async callers on one event-loop thread), shared.py (reference-counted claims on
 process-wide engines: EngineSpec names the engine class, so the registry depends on no engine).
 
-May import: errors, models, text
+May import: errors, models, results, text
 Engine libraries: none
 """

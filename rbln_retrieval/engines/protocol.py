@@ -1,7 +1,7 @@
 """The contract every engine of this package keeps, local (PoolingEngine) or remote (RemoteEngine), and the claim
 on a shared one (EngineHandle): framework integrations program against it alone.
 
-Imports: models and text, for typing only.
+Imports: models, results and text, for typing only.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from rbln_retrieval.models.families import ModelFamily
+    from rbln_retrieval.results.quantize import Precision
     from rbln_retrieval.text.inputs import Truncate
 
 
@@ -20,15 +21,20 @@ if TYPE_CHECKING:
 # dimensions, max length) and RemoteEngine reads it: the one contract between the server and the client. Under /v1,
 # so the server's API key guards it like the rest of the API.
 DESCRIBE_PATH = "/v1/rbln-retrieval/model"
+# vLLM's /v1/embeddings request plus ``precision`` and ``ranges``, answered with each row's quantized bytes (base64)
+# and their dtype: the quantized form is what travels (rbln_retrieval.server.quantized). Named in the description.
+QUANTIZED_EMBED_PATH = "/v1/rbln-retrieval/embeddings"
 
 
 @runtime_checkable
 class RetrievalEngine(Protocol):
     """Embeddings, relevance scores and rankings for one model, sync and async.
 
-    ``embed`` returns a float32 array (n, d) with rows in input order; ``score`` one float per document in input
-    order; ``rerank`` (index, score) pairs best first (rbln_retrieval.results.ranking). ``truncate`` ("end", "start",
-    "error"; None: the object's default) applies per call; a remote engine also takes a per-call ``timeout``."""
+    ``embed`` returns a float32 array (n, d) with rows in input order (other ``precision``: quantized as
+    rbln_retrieval.results.quantize says, int8/uint8 with ``ranges`` or ``calibration_embeddings``); ``score`` one
+    float per document in input order; ``rerank`` (index, score) pairs best first (rbln_retrieval.results.ranking).
+    ``truncate`` ("end", "start", "error"; None: the object's default) applies per call; a remote engine also takes a
+    per-call ``timeout``."""
 
     model: str
 
@@ -51,6 +57,9 @@ class RetrievalEngine(Protocol):
         normalize: bool = ...,
         show_progress: bool = ...,
         truncate: Truncate | None = ...,
+        precision: Precision = ...,
+        ranges: np.ndarray | None = ...,
+        calibration_embeddings: np.ndarray | None = ...,
     ) -> np.ndarray: ...
 
     async def aembed(
@@ -63,6 +72,9 @@ class RetrievalEngine(Protocol):
         normalize: bool = ...,
         show_progress: bool = ...,
         truncate: Truncate | None = ...,
+        precision: Precision = ...,
+        ranges: np.ndarray | None = ...,
+        calibration_embeddings: np.ndarray | None = ...,
     ) -> np.ndarray: ...
 
     def score(

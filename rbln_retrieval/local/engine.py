@@ -34,6 +34,7 @@ from rbln_retrieval.results.outputs import (
     maxsim,
     pooling_tasks,
 )
+from rbln_retrieval.results.quantize import Precision, quantizer
 from rbln_retrieval.results.ranking import rank
 from rbln_retrieval.text.inputs import Truncate, check_dimensions, check_query, check_truncate, chunks
 from rbln_retrieval.text.prompts import embed_prefix, qwen3_reranker_pairs, score_method
@@ -169,17 +170,22 @@ class PoolingEngine:
         show_progress: bool = False,
         truncate: Truncate | None = None,
         output: Output | Sequence[Output] = "dense",
+        precision: Precision = "float32",
+        ranges: np.ndarray | None = None,
+        calibration_embeddings: np.ndarray | None = None,
     ) -> Any:
         """Vectors for ``texts`` as a float32 array of shape (n, d), rows in input order. ``truncate`` (None: this
         object's default) decides what happens to texts over ``max_length``: "end" keeps the start, "start" keeps
         the end and the prompt, "error" raises naming the index. ``output`` (bge-m3): "sparse" gives one
         {token_id: weight} dict per text, "multi_vector" one float32 (tokens, d) array per text; a list of outputs
         gives {output: result} (dense and sparse from one forward; see rbln_retrieval.results.outputs). ColBERT
-        checkpoints give "multi_vector" only."""
-        return self._loop.run(
-            self._embed_any(
-                texts, kind, instruction, dimensions, normalize, show_progress, self._truncate(truncate), output
-            )
+        checkpoints give "multi_vector" only. ``precision`` (dense only) quantizes the vectors as
+        sentence-transformers' ``quantize_embeddings`` does; int8/uint8 take ``ranges`` (2, d) or
+        ``calibration_embeddings`` (rbln_retrieval.results.quantize)."""
+        quantize = quantizer(precision, ranges, calibration_embeddings, output=output, dim=dimensions or self.dimension)
+        cut = self._truncate(truncate)
+        return quantize(
+            self._loop.run(self._embed_any(texts, kind, instruction, dimensions, normalize, show_progress, cut, output))
         )
 
     def score(
@@ -221,10 +227,15 @@ class PoolingEngine:
         show_progress: bool = False,
         truncate: Truncate | None = None,
         output: Output | Sequence[Output] = "dense",
+        precision: Precision = "float32",
+        ranges: np.ndarray | None = None,
+        calibration_embeddings: np.ndarray | None = None,
     ) -> Any:
-        return await self._loop.arun(
-            self._embed_any(
-                texts, kind, instruction, dimensions, normalize, show_progress, self._truncate(truncate), output
+        quantize = quantizer(precision, ranges, calibration_embeddings, output=output, dim=dimensions or self.dimension)
+        cut = self._truncate(truncate)
+        return quantize(
+            await self._loop.arun(
+                self._embed_any(texts, kind, instruction, dimensions, normalize, show_progress, cut, output)
             )
         )
 

@@ -6,12 +6,13 @@ batches sent concurrently through rbln_retrieval.remote.replicas (spread over th
 with backoff), so every input gets exactly one result, in input order, or the call raises.
 
 Imports: engines (loop, options, protocol), models (families), remote (replicas, served_model), results
-(outputs, ranking), text (inputs, prompts); numpy.
+(outputs, quantize, ranking), text (inputs, prompts); numpy.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextvars
 import dataclasses
 import os
@@ -22,11 +23,12 @@ import numpy as np
 
 from rbln_retrieval.engines.loop import EngineLoop
 from rbln_retrieval.engines.options import EngineOptions
-from rbln_retrieval.engines.protocol import DESCRIBE_PATH
+from rbln_retrieval.engines.protocol import DESCRIBE_PATH, QUANTIZED_EMBED_PATH
 from rbln_retrieval.models.families import ModelFamily
 from rbln_retrieval.remote.replicas import RemoteAuthError, RemoteError, Replicas
 from rbln_retrieval.remote.served_model import RemoteModel
 from rbln_retrieval.results.outputs import Output, check_remote_outputs
+from rbln_retrieval.results.quantize import Precision, check_precision, quantization_ranges, quantizer, resolve_ranges
 from rbln_retrieval.results.ranking import rank
 from rbln_retrieval.text.inputs import Truncate, check_dimensions, check_query, check_truncate, chunks
 from rbln_retrieval.text.prompts import embed_prefix, qwen3_reranker_prompts, score_method
@@ -146,13 +148,13 @@ class RemoteEngine:
         truncate: Truncate | None = None,
         timeout: float | None = None,
         output: Output | Sequence[Output] = "dense",
+        precision: Precision = "float32",
+        ranges: np.ndarray | None = None,
+        calibration_embeddings: np.ndarray | None = None,
     ) -> Any:
-        return self._run(
-            self._call(
-                timeout,
-                self._embed(texts, kind, instruction, dimensions, normalize, self._truncate(truncate), output=output),
-            )
-        )
+        quantize, wire = self._quantizer(precision, ranges, calibration_embeddings, output, dimensions)
+        work = self._embed(texts, kind, instruction, dimensions, normalize, self._truncate(truncate), output, wire)
+        return quantize(self._run(self._call(timeout, work)))
 
     async def aembed(
         self,
@@ -166,13 +168,13 @@ class RemoteEngine:
         truncate: Truncate | None = None,
         timeout: float | None = None,
         output: Output | Sequence[Output] = "dense",
+        precision: Precision = "float32",
+        ranges: np.ndarray | None = None,
+        calibration_embeddings: np.ndarray | None = None,
     ) -> Any:
-        return await self._arun(
-            self._call(
-                timeout,
-                self._embed(texts, kind, instruction, dimensions, normalize, self._truncate(truncate), output=output),
-            )
-        )
+        quantize, wire = self._quantizer(precision, ranges, calibration_embeddings, output, dimensions)
+        work = self._embed(texts, kind, instruction, dimensions, normalize, self._truncate(truncate), output, wire)
+        return quantize(await self._arun(self._call(timeout, work)))
 
     def score(
         self,
@@ -238,6 +240,29 @@ class RemoteEngine:
     def _truncate(self, truncate: str | None) -> Truncate:
         return self.truncate if truncate is None else check_truncate(truncate)
 
+    def _quantizer(self, precision: str, ranges: Any, calibration: Any, output: Any, dimensions: int | None) -> Any:
+        """(what to apply to the answer, what to ask a server for), every argument checked before any request where
+        the vectors' width is known. An `rbln-retrieval serve` server quantizes and sends the quantized bytes (ranges
+        travel, calibration embeddings never do); a plain vLLM server sends float32, quantized here."""
+        if check_precision(precision, ranges, calibration, output=output) == "float32":
+            return (lambda rows: rows), None
+        known = self._remote.family
+        width = dimensions or (known.hidden_size if known is not None else 0)
+        if width:
+            ranges = resolve_ranges(precision, ranges, calibration, width)
+        elif calibration is not None:
+            ranges = quantization_ranges(calibration)
+        wire = {"precision": precision, "ranges": None if ranges is None else np.asarray(ranges).tolist()}
+
+        def quantize(rows: np.ndarray) -> np.ndarray:  # rows arrive quantized from our server, float32 from vLLM's
+            return (
+                rows
+                if rows.dtype != np.float32
+                else quantizer(precision, ranges, None, output=output, dim=rows.shape[1])(rows)
+            )
+
+        return quantize, wire
+
     @staticmethod
     async def _call(timeout: float | None, work: Coroutine[Any, Any, T]) -> T:
         if timeout is not None and not timeout > 0:
@@ -264,13 +289,14 @@ class RemoteEngine:
         dimensions: int | None,
         normalize: bool,
         truncate: Truncate,
-        what: str = "texts",
         output: Any = "dense",
+        wire: dict[str, Any] | None = None,
+        what: str = "texts",
     ) -> Any:
         family = await self._remote.described()  # never the sync property here: it would wait on this very loop
         if not (isinstance(output, str) and output == "dense") or family.late_interaction_only:
             outputs = check_remote_outputs(output, family=family.name, model=self.model)
-            return {outputs[0]: await self._embed(texts, kind, instruction, dimensions, normalize, truncate, what)}
+            return {outputs[0]: await self._embed(texts, kind, instruction, dimensions, normalize, truncate, what=what)}
         prefix = embed_prefix(family, self.model, kind, instruction)
         if family.hidden_size:
             check_dimensions(
@@ -287,11 +313,21 @@ class RemoteEngine:
         if not prompts:
             return np.zeros((0, dimensions or family.hidden_size), dtype=np.float32)
 
+        if wire is not None and self._remote.quantizes:
+            return np.stack(await self._batched(prompts, lambda items: self._quantized(items, payload, wire)))
+
         async def batch(items: list[str]) -> list[list[float]]:
             data = (await self._post("/v1/embeddings", {**payload, "input": items}))["data"]
             return [row["embedding"] for row in sorted(data, key=lambda row: row["index"])]
 
         return np.asarray(await self._batched(prompts, batch), dtype=np.float32)
+
+    async def _quantized(self, items: list[str], payload: dict[str, Any], wire: dict[str, Any]) -> list[np.ndarray]:
+        """One batch's rows as our server quantizes them: each row's bytes, base64, in the answer's dtype."""
+        answer = await self._post(QUANTIZED_EMBED_PATH, {**payload, **wire, "input": items})
+        dtype = np.dtype(answer["dtype"])
+        data = sorted(answer["data"], key=lambda row: row["index"])
+        return [np.frombuffer(base64.b64decode(row["embedding"]), dtype=dtype) for row in data]
 
     async def _score(
         self, query: str, documents: Iterable[str], instruction: str | None, truncate: Truncate, output: str = "dense"

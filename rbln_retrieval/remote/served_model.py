@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rbln_retrieval.engines.options import EngineOptions
-from rbln_retrieval.engines.protocol import DESCRIBE_PATH
+from rbln_retrieval.engines.protocol import DESCRIBE_PATH, QUANTIZED_EMBED_PATH
 from rbln_retrieval.errors import ModelNotSupportedError
 from rbln_retrieval.models.families import ModelFamily, detect_family
 from rbln_retrieval.models.family_prompts import default_document_prompt, default_instruction, default_query_prompt
@@ -39,6 +39,7 @@ class RemoteModel:
         self._source_args = source_args
         self.family: ModelFamily | None = None  # known once a replica has answered
         self._served_name: str | None = None
+        self.quantizes = False  # the server answers QUANTIZED_EMBED_PATH (an `rbln-retrieval serve` server does)
 
     async def described(self) -> ModelFamily:
         """The family, asked of the replicas until one answers."""
@@ -54,6 +55,7 @@ class RemoteModel:
         answered, description = await self._replicas.get_first(DESCRIBE_PATH)
         if description is None:
             return answered, None
+        self.quantizes = description.get("quantized_embeddings") == QUANTIZED_EMBED_PATH
         try:
             return True, ModelFamily(**description["family"])
         except (KeyError, TypeError):  # not our description: as if no replica had answered

@@ -2,8 +2,8 @@
 model's description route and an API key on every route.
 
 serve.py (vLLM's serve arguments from the preset table the local engine uses; running the server), auth.py (the
-API key on every route but the probes).
+API key on every route but the probes), quantized.py (quantized embeddings on the wire).
 
-May import: errors, quiet, models, engines, local, backend
+May import: errors, quiet, models, engines, local, results, backend
 Engine libraries: vllm
 """

@@ -3,11 +3,13 @@
 We write no HTTP server: this builds vLLM's serve arguments from the same preset table the in-process engine
 uses (hf_overrides, pooling, max length, runner settings) and runs vLLM's API server, which exposes
 /v1/embeddings, /classify, /score, /rerank, /health and /metrics (with an API key, the key guards every route but
-the probes: see auth.py), and shuts down cleanly on SIGTERM. One read-only route is added beside vLLM's own:
-GET DESCRIBE_PATH describes the served model (family, prompts and templates, dimensions, max length), so clients
-that have only the model's name score it exactly as local mode does.
+the probes: see auth.py), and shuts down cleanly on SIGTERM. Two routes are added beside vLLM's own: GET
+DESCRIBE_PATH describes the served model (family, prompts and templates, dimensions, max length), so clients
+that have only the model's name score it exactly as local mode does; POST QUANTIZED_EMBED_PATH (quantized.py)
+sends int8/uint8/binary vectors as their bytes.
 
-Imports: backend, engines (options, protocol), local (device, engine_args), models, quiet, server (auth); vLLM
+Imports: backend, engines (options, protocol), local (device, engine_args), models, quiet, server (auth,
+quantized); vLLM
 and uvloop inside the functions that build and run the server.
 """
 
@@ -20,7 +22,7 @@ import os
 from typing import Any
 
 from rbln_retrieval.engines.options import EngineOptions
-from rbln_retrieval.engines.protocol import DESCRIBE_PATH
+from rbln_retrieval.engines.protocol import DESCRIBE_PATH, QUANTIZED_EMBED_PATH
 from rbln_retrieval.local.device import resolve_device
 from rbln_retrieval.local.engine_args import cpu_threads_env, vllm_engine_kwargs
 from rbln_retrieval.models.families import ModelFamily, check_remote_code, detect_family
@@ -31,7 +33,7 @@ from rbln_retrieval.quiet import quiet_vllm
 
 def describe(model: str, family: ModelFamily) -> dict[str, Any]:
     """What GET DESCRIBE_PATH answers: every field of the family, which RemoteEngine turns back into it."""
-    return {"model": model, "family": dataclasses.asdict(family)}
+    return {"model": model, "family": dataclasses.asdict(family), "quantized_embeddings": QUANTIZED_EMBED_PATH}
 
 
 def _served_model(model: str, options: dict[str, Any]) -> tuple[ModelSource, EngineOptions, ModelFamily]:
@@ -99,12 +101,14 @@ def _publish_description(description: dict[str, Any]) -> None:
     from vllm.entrypoints.launchers.api_server import entry
 
     from rbln_retrieval.server.auth import guard_every_route
+    from rbln_retrieval.server.quantized import add_quantized_route
 
     build_vllm_app = entry.build_app
 
     def build_app(args: argparse.Namespace, *rest: Any, **kwargs: Any) -> Any:
         app = build_vllm_app(args, *rest, **kwargs)
         app.add_api_route(DESCRIBE_PATH, lambda: description, methods=["GET"], include_in_schema=True)
+        add_quantized_route(app)
         guard_every_route(app, args.api_key)
         return app
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+import numpy as np
 from langchain_core.embeddings import Embeddings
 from pydantic import Field
 from tqdm.auto import tqdm
@@ -85,6 +86,18 @@ class RBLNEmbeddings(RBLNEngineModel, Embeddings):
     show_progress: bool = False
     """Show a progress bar over `embed_documents` (advances once per `batch_size` texts)."""
 
+    precision: Literal["float32", "int8", "uint8"] = "float32"
+    """int8/uint8: each vector (queries too, so both live in one space) quantized per dimension between
+    `quantization_ranges` as sentence-transformers' `quantize_embeddings` does, and returned as whole numbers.
+    binary/ubinary are not offered here: their packed bytes are not coordinates a LangChain vector store could
+    compare by cosine or L2; use `rbln_retrieval.PoolingEngine.embed(..., precision="binary")` with a store that
+    compares bits by Hamming distance."""
+
+    quantization_ranges: list[list[float]] | None = None
+    """int8/uint8: per-dimension minima and maxima, shape (2, dim); `rbln_retrieval.quantization_ranges` computes
+    them from float32 vectors of a representative sample (e.g. this object's `embed_documents` with precision
+    float32)."""
+
     def _check_family(self, family: ModelFamily) -> None:
         if family.is_cross_encoder:
             raise ValueError(f"{self.model} is a reranker ({family.name}) and cannot embed; use RBLNReranker for it.")
@@ -140,6 +153,8 @@ class RBLNEmbeddings(RBLNEngineModel, Embeddings):
             "instruction": self.query_instruction if kind == "query" else self.document_instruction,
             "dimensions": self.dimensions,
             "normalize": self.normalize,
+            "precision": self.precision,
+            "ranges": None if self.quantization_ranges is None else np.asarray(self.quantization_ranges),
             # Progress is reported here across batches; one engine bar per batch would restart every batch.
             "show_progress": False,
             **self._call_options(),

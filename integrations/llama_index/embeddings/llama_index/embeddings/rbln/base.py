@@ -6,6 +6,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
+import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr, field_validator
 
@@ -66,6 +67,17 @@ class RBLNEmbedding(EngineSettings, BaseEmbedding):
         description="None applies the model's own document prompt (usually none); a string is the literal prefix.",
     )
     show_progress: bool = Field(default=False, description="Show a progress bar per engine call.")
+    precision: Literal["float32", "int8", "uint8"] = Field(
+        default="float32",
+        description="int8/uint8: queries and texts quantized per dimension between quantization_ranges as "
+        "sentence-transformers' quantize_embeddings does, returned as whole numbers. No binary/ubinary: packed bits "
+        "are not coordinates LlamaIndex's similarity (cosine, dot, euclidean) can compare.",
+    )
+    quantization_ranges: list[list[float]] | None = Field(
+        default=None,
+        description="int8/uint8: per-dimension minima and maxima, shape (2, dim) "
+        "(rbln_retrieval.quantization_ranges of float32 vectors of a representative sample).",
+    )
 
     _engine: Any = PrivateAttr(default=None)
 
@@ -114,6 +126,8 @@ class RBLNEmbedding(EngineSettings, BaseEmbedding):
             "dimensions": self.dimensions,
             "normalize": self.normalize,
             "show_progress": self.show_progress,
+            "precision": self.precision,
+            "ranges": None if self.quantization_ranges is None else np.asarray(self.quantization_ranges),
             # Per call, so that assigning them takes effect.
             "truncate": self.truncate,
             "timeout": self.timeout,
