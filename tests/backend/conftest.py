@@ -12,7 +12,7 @@ from types import ModuleType
 
 import pytest
 from model_builders import minilm_path, remote_code_options
-from npu import STANDIN, rbln_options
+from npu import STANDIN, start_rbln
 
 from rbln_retrieval import PoolingEngine
 from rbln_retrieval.backend import rbln_runtime
@@ -69,11 +69,18 @@ def start_engine():
 
 
 @pytest.fixture(scope="module")
-def rbln(pair, standin_rebel) -> Iterator[tuple[PoolingEngine, list]]:
-    """(rbln-target engine, what the stand-in compiler recorded for it) for the model of ``pair``; shared, so
-    framework objects with ``rbln_options()`` use this very engine."""
+def npu(request) -> str:
+    """The NPU name an rbln-target engine builds for (``request.param``, one of npu.NPUS): its family picks the
+    route."""
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def rbln(pair, npu, standin_rebel) -> Iterator[tuple[PoolingEngine, list]]:
+    """(rbln-target engine for ``npu``, what the stand-in compiler recorded for it) for the model of ``pair``;
+    shared, so framework objects with ``rbln_options(npu)`` use this very engine."""
     first = len(standin_rebel.COMPILED)
-    engine = PoolingEngine.shared(pair[0], **rbln_options(), **remote_code_options(pair[0]))
+    engine = start_rbln(pair[0], npu, **remote_code_options(pair[0]))
     try:
         yield engine, standin_rebel.COMPILED[first:]
     finally:
