@@ -67,7 +67,10 @@ class RBLNCompiledModel:
 
     def __init__(self, path: str | None = None, *, graph: Any = None, input_info: list | None = None, npu: str | None = None):
         if path is not None:
-            saved = torch.load(path, weights_only=False)
+            # Real tensors even when called from inside a torch.compile backend: torch.load makes meta tensors while
+            # dynamo's tracing context (and its fake mode) is active.
+            with torch._guards.tracing(None):
+                saved = torch.load(path, weights_only=False)
             graph, input_info, npu = saved["graph"], saved["input_info"], saved["npu"]
             LOADED.append(path)
         self.graph, self.input_info, self.npu = graph, input_info, npu

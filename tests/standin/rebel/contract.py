@@ -9,6 +9,7 @@ NPU compiler that lowers ATen and takes weights as module state can take:
 
 from __future__ import annotations
 
+import inspect
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,7 +56,8 @@ def op_names(lowered: torch.fx.GraphModule) -> list[str]:
 
 def violations(gm: torch.fx.GraphModule, lowered: torch.fx.GraphModule, example_inputs: list[Any]) -> list[str]:
     found = []
-    names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    graph = getattr(gm, "graph", None)  # a captured graph, or a plain module (compile_from_torch takes either)
+    names = [n.name for n in graph.nodes if n.op == "placeholder"] if graph else list(inspect.signature(gm.forward).parameters)
     for name, value in zip(names, example_inputs):
         if isinstance(value, torch.nn.Parameter) or any(m in name for m in MODULE_STATE_MARKERS):
             found.append(f"weight passed as graph input: {name}")
