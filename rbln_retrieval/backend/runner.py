@@ -4,8 +4,9 @@ vLLM's scheduler packs many whole prompts into a step. This runner pads the step
 declared bucket (the single choke point is ``_determine_batch_execution_and_padding``), builds attention
 metadata for the whole bucket, pads token_type_ids with the inputs, and runs model forward plus pooling as one
 torch.compile'd graph per bucket (on the host, traced only under strict_shapes or a chosen compile backend;
-otherwise the same bucket-shaped function runs eagerly). Padding never reaches an output: pooling weights are
-zero on padding columns and only the step's requests are read back.
+otherwise the same bucket-shaped function runs eagerly; on an NPU, rbln_runtime's route for its family compiles
+each captured graph). Padding never reaches an output: pooling weights are zero on padding columns and only the
+step's requests are read back.
 """
 
 from __future__ import annotations

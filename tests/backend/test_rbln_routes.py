@@ -5,6 +5,8 @@ the module's), so the engine-level tests on both routes fail when any of these b
 
 from __future__ import annotations
 
+import os
+import warnings
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ import torch
 
 from rbln_retrieval.backend import rbln_runtime
 from rbln_retrieval.backend.compile import RecordingBackend
+from rbln_retrieval.errors import DeviceUnavailableError
 
 NPU_OF_ROUTE = {"aot": "RBLN-CA25", "torch.compile": "RBLN-CR13"}
 
@@ -174,3 +177,34 @@ def test_compile_from_torch_checks_input_info_against_the_module(standin_rebel):
         rebel.compile_from_torch(module, input_info=good, npu="RBLN-CA25", tensor_parallel_size=1)
     with pytest.raises(InputInfoError, match="compiled for"):
         runtime(torch.randn(2, 8), scale)
+
+
+def test_sdk_012_environment_names_and_the_legacy_ones_with_one_warning(standin_rebel, monkeypatch, capsys):
+    from rbln_retrieval.ray.resources import announce_placement
+
+    monkeypatch.setattr(rbln_runtime, "_warned", set())
+    for name in ("RBLN_VISIBLE_DEVICES", "RBLN_DEVICES", "RBLN_FORCE_NPU_NAME", "RBLN_TARGET_SOC"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("REBEL_STANDIN_NPU", "RBLN-CA22")
+    assert rbln_runtime.visible_devices() == [] and rbln_runtime.npu_name() == "RBLN-CA22", "the mounted NPU"
+    # Ray's RBLN resource sets the legacy name per actor: read as RBLN_VISIBLE_DEVICES, warned about once.
+    monkeypatch.setenv("RBLN_DEVICES", "2")
+    announce_placement("embedding actor")
+    assert capsys.readouterr().out == "rbln-retrieval embedding actor: RBLN_DEVICES=2\n"
+    with pytest.warns(DeprecationWarning, match="RBLN_DEVICES is deprecated .* uses RBLN_VISIBLE_DEVICES=2"):
+        assert rbln_runtime.visible_devices() == ["2"]
+    assert os.environ["RBLN_VISIBLE_DEVICES"] == "2" and "RBLN_DEVICES" not in os.environ
+    monkeypatch.setenv("RBLN_DEVICES", "3")  # SDK 0.12's name wins once set
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert rbln_runtime.visible_devices() == ["2"], "one warning per process"
+    announce_placement("embedding actor")
+    assert capsys.readouterr().out == "rbln-retrieval embedding actor: RBLN_VISIBLE_DEVICES=2\n"
+    monkeypatch.setenv("RBLN_TARGET_SOC", "RBLN-CR13")
+    with pytest.warns(DeprecationWarning, match="RBLN_TARGET_SOC is deprecated"):
+        assert rbln_runtime.npu_name() == "RBLN-CR13"
+    monkeypatch.setenv("RBLN_FORCE_NPU_NAME", "RBLN-CA25")
+    assert rbln_runtime.npu_name() == "RBLN-CA25"
+    assert [rbln_runtime.family_of(n).name for n in ("RBLN-CA25", "RBLN-CR13")] == ["ATOM", "Rebel100"]
+    with pytest.raises(DeviceUnavailableError, match="'RBLN-XX1' is of no family"):
+        rbln_runtime.family_of("RBLN-XX1")
