@@ -70,21 +70,31 @@ def start_engine():
 
 @pytest.fixture(scope="module")
 def npu(request) -> str:
-    """The NPU name an rbln-target engine builds for (``request.param``, one of npu.NPUS): its family picks the
-    route."""
+    """The NPU name a module's rbln-target engine builds for (``request.param``, one of npu.NPUS)."""
     return request.param
 
 
-@pytest.fixture(scope="module")
-def rbln(pair, npu, standin_rebel) -> Iterator[tuple[PoolingEngine, list]]:
-    """(rbln-target engine for ``npu``, what the stand-in compiler recorded for it) for the model of ``pair``;
-    shared, so framework objects with ``rbln_options(npu)`` use this very engine."""
-    first = len(standin_rebel.COMPILED)
-    engine = start_rbln(pair[0], npu, **remote_code_options(pair[0]))
+def _rbln(path: Path, npu: str, standin: ModuleType) -> Iterator[tuple[PoolingEngine, list]]:
+    first = len(standin.COMPILED)
+    engine = start_rbln(path, npu, **remote_code_options(path))
     try:
-        yield engine, standin_rebel.COMPILED[first:]
+        yield engine, standin.COMPILED[first:]
     finally:
         engine.close()
+
+
+# One fixture per NPU family, keyed by ``pair`` alone: a module-scoped NPU parameter would make pytest set ``pair``
+# up more than once (and its second bundled engine find the first one's compile cache).
+@pytest.fixture(scope="module")
+def rbln_atom(pair, standin_rebel) -> Iterator[tuple[PoolingEngine, list]]:
+    """(rbln-target engine for RBLN-CA25, what the stand-in compiler recorded for it) for the model of ``pair``."""
+    yield from _rbln(pair[0], "RBLN-CA25", standin_rebel)
+
+
+@pytest.fixture(scope="module")
+def rbln_rebel100(pair, standin_rebel) -> Iterator[tuple[PoolingEngine, list]]:
+    """(rbln-target engine for RBLN-CR13, what the stand-in compiler recorded for it) for the model of ``pair``."""
+    yield from _rbln(pair[0], "RBLN-CR13", standin_rebel)
 
 
 @pytest.fixture(scope="module")

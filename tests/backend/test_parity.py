@@ -114,17 +114,17 @@ def test_bundled_equals_stock_equals_reference(pair):
 NPU_NAMESPACES = {"aten", "prims", "rbln_custom_ops"}
 
 
-@pytest.mark.parametrize("npu", NPUS, indirect=True)
+@pytest.mark.parametrize("npu", NPUS)
 @pytest.mark.parametrize("pair", FAMILIES, indirect=True)
-def test_rbln_target_hands_the_compiler_aten_graphs_with_weights_as_module_state(pair, npu, rbln, caplog):
+def test_rbln_target_hands_the_compiler_aten_graphs_with_weights_as_module_state(pair, npu, request, caplog):
     """device="rbln" against the stand-in compiler, on the route of each NPU family: each bucket graph lowers to
     ATen only, writes into none of its inputs, holds real contiguous weights as module state (one copy shared by
     every bucket), is compiled the way SDK 0.12 compiles for that family, and computes what vLLM's stock runner
     computes. A family with token-level outputs says at start where they are pooled."""
     _, _, stock = pair
-    engine, compiled = rbln
+    engine, compiled = request.getfixturevalue({"RBLN-CA25": "rbln_atom", "RBLN-CR13": "rbln_rebel100"}[npu])
+    at_start = [r.getMessage() for r in caplog.get_records("setup") + caplog.get_records("call")]
     ours, theirs = _outputs(engine), _outputs(stock)
-    at_start = [r.getMessage() for r in caplog.get_records("setup")]
     notes = [m for m in at_start if "pooled by vLLM's pooler on the host" in m]
     assert len(notes) == (engine.family.name in ("bge-m3", "colbert")), notes
     for key in theirs:
