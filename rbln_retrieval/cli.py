@@ -121,10 +121,11 @@ def _parser() -> tuple[_Parser, dict[str, _Parser]]:
     compile_.add_argument("--revision", help="branch, tag or commit of a Hugging Face id (default: main)")
     compile_.add_argument("--cache-folder", help="Hugging Face cache to resolve ids in (default: HF_HUB_CACHE)")
     compile_.add_argument(
-        "--soc",
-        default=os.environ.get("RBLN_TARGET_SOC"),
-        help="the NPU to compile for, e.g. RBLN-CA25 (default: $RBLN_TARGET_SOC)",
+        "--npu",
+        help="the NPU to compile for: RBLN-CA* (ATOM) or RBLN-CR* (Rebel100), e.g. RBLN-CA25 "
+        "(default: $RBLN_FORCE_NPU_NAME)",
     )
+    compile_.add_argument("--soc", help=argparse.SUPPRESS)  # deprecated name of --npu
     compile_.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto")
     compile_.add_argument("--max-length", type=int, help="tokens per input (default: the model's limit)")
     compile_.add_argument(
@@ -297,16 +298,18 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _compile(args: argparse.Namespace) -> int:
-    """vllm-rbln's compile-only mode: the compiler targets ``--soc``; the cache it fills serves an NPU host's
-    start with the same model and options."""
+    """vllm-rbln's compile-only mode: the artifacts for ``--npu``'s family (ATOM: one .rbln per bucket graph;
+    Rebel100: rebel's compile bundle) serve an NPU host's start with the same model, options and SDK."""
     from rbln_retrieval import PoolingEngine
     from rbln_retrieval.backend.config import CONFIG_KEY
-    from rbln_retrieval.backend.rbln_runtime import TARGET_SOC_ENV
+    from rbln_retrieval.backend.rbln_runtime import FORCE_NPU_ENV, forced_npu_name
 
-    if not args.soc:
-        raise ValueError("Name the NPU to compile for with --soc (e.g. RBLN-CA25) or RBLN_TARGET_SOC.")
-    os.environ[TARGET_SOC_ENV] = args.soc
-    settings = {"additional_config": {CONFIG_KEY: {"compile_only": True}}}
+    if args.soc:
+        print("rbln-retrieval compile: --soc is deprecated; use --npu", file=sys.stderr)
+    npu = args.npu or args.soc or forced_npu_name()
+    if not npu:
+        raise ValueError(f"Name the NPU to compile for with --npu (e.g. RBLN-CA25 or RBLN-CR13) or {FORCE_NPU_ENV}.")
+    settings = {"additional_config": {CONFIG_KEY: {"compile_only": True, "npu": npu}}}
     with PoolingEngine(
         args.model,
         device="rbln",
@@ -320,7 +323,7 @@ def _compile(args: argparse.Namespace) -> int:
         stats = engine.stats()
     print(
         f"compiled {stats['compiles']} bucket graphs ({', '.join(map(str, stats['buckets']))} tokens) "
-        f"for {stats['soc']} into {stats['compile_cache']['dir']}"
+        f"for {stats['npu']} ({stats['route']}) into {stats['compile_cache']['dir']}"
     )
     return 0
 

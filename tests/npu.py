@@ -1,19 +1,39 @@
 """Options of the rbln-target engines the tests start against the stand-in compiler in tests/standin (three
-buckets: each graph is lowered to ATen and checked, which costs seconds per bucket)."""
+buckets: each graph is lowered to ATen and checked, which costs seconds per bucket), one NPU per family."""
 
 from __future__ import annotations
 
+import os
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 STANDIN = Path(__file__).resolve().parent / "standin"
 RBLN_SETTINGS = {"max_num_batched_tokens": 1024, "buckets": [32, 256, 1024]}
+# ATOM compiles through rebel.compile_from_torch, Rebel100 through torch.compile (rbln_runtime.family_of).
+NPUS = ("RBLN-CA25", "RBLN-CR13")
 
 
-def rbln_options(**settings: Any) -> dict[str, Any]:
-    """Engine options of an rbln-target engine (framework objects with equal fields share its engine)."""
+def rbln_options(npu: str = "RBLN-CA25", **settings: Any) -> dict[str, Any]:
+    """Engine options of an rbln-target engine for ``npu`` (framework objects with equal fields share its engine)."""
     return {
         "device": "rbln",
         "dtype": "float32",
-        "engine_kwargs": {"additional_config": {"rbln_retrieval": {**RBLN_SETTINGS, **settings}}},
+        "engine_kwargs": {"additional_config": {"rbln_retrieval": {**RBLN_SETTINGS, "npu": npu, **settings}}},
     }
+
+
+def start_rbln(path: Path, npu: str, **options: Any) -> Any:
+    """A shared rbln-target engine for ``npu`` that compiles afresh: a compile cache of its own (under the
+    session's) and the stand-in's in-memory compile cache emptied, as in a new process on a new host."""
+    from rbln_retrieval import PoolingEngine
+
+    if (mega_cache := sys.modules.get("rebel.core.mega_cache")) is not None:
+        mega_cache.STORE.clear()
+    base = os.environ["RBLN_RETRIEVAL_CACHE_DIR"]
+    os.environ["RBLN_RETRIEVAL_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"{npu}-", dir=base)
+    try:
+        return PoolingEngine.shared(path, **rbln_options(npu), **options)
+    finally:
+        os.environ["RBLN_RETRIEVAL_CACHE_DIR"] = base

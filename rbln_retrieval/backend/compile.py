@@ -1,16 +1,19 @@
-"""torch.compile for the bundled runner: the target's backend, wrapped to count and (strictly) police compiles."""
+"""torch.compile for the bundled runner: the target's backend, wrapped to count and (strictly) police compiles.
+
+May import: the standard library, torch, ``rbln_retrieval.backend.rbln_runtime`` (the only way to rebel).
+"""
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
+
+from rbln_retrieval.backend import rbln_runtime
 
 logger = logging.getLogger(__name__)
 
@@ -145,35 +148,25 @@ def strict_errors() -> Iterator[None]:
         raise
 
 
-def recording_backend(bundled: Any) -> tuple[RecordingBackend, dict[str, Any] | None]:
-    """The target's compile backend (from rbln_runtime, the only module that touches rebel), recorded, and the
-    options torch.compile takes with it."""
-    from rbln_retrieval.backend import rbln_runtime
-
+def recording_backend(
+    bundled: Any, process_groups: dict[str, list[int]] | None = None
+) -> tuple[RecordingBackend, rbln_runtime.CompileBackend]:
+    """The target's compile backend (from rbln_runtime, the only module that touches rebel), recorded, and what
+    torch.compile takes with it (options, fullgraph). ``process_groups``: vLLM's groups, for the Rebel100 route."""
     cache_dir = bundled.cache_dir()
     cache_dir.mkdir(parents=True, exist_ok=True)
     if bundled.target == "rbln":
-        chosen = rbln_runtime.rbln_compile_backend(cache_dir, compile_only=bundled.compile_only)
+        chosen = rbln_runtime.rbln_compile_backend(
+            cache_dir,
+            npu=bundled.npu,
+            dtype=bundled.cache_key["dtype"],
+            compile_only=bundled.compile_only,
+            process_groups=process_groups or {},
+        )
     else:
         chosen = rbln_runtime.host_compile_backend(bundled.host_compile_backend, cache_dir)
     recorder = RecordingBackend(chosen.backend, strict=bundled.strict_shapes, weights_as_state=bundled.target == "rbln")
-    return recorder, chosen.options
-
-
-MANIFEST = "graphs.json"
-
-
-def write_manifest(cache_dir: Path, buckets: list[int], graphs: list[CompiledGraph]) -> None:
-    """Record what warmup compiled next to the backend's artifacts (rebel's .rbln files, inductor's FX cache);
-    a start that finds it is reusing a warmed configuration. The host's "eager" backend keeps no artifacts."""
-    manifest = {
-        "buckets": buckets,
-        "torch": torch.__version__,
-        "graphs": [{"bucket": g.bucket, "input_shapes": g.input_shapes, "ops": g.ops} for g in graphs],
-    }
-    tmp = cache_dir / f"{MANIFEST}.tmp"
-    tmp.write_text(json.dumps(manifest, indent=1))
-    tmp.replace(cache_dir / MANIFEST)
+    return recorder, chosen
 
 
 def graph_breaks() -> int:

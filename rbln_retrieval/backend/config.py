@@ -13,7 +13,9 @@ Callers tune them through ``PoolingEngine(..., engine_kwargs={"additional_config
 - ``host_compile_backend``: "none" (default: the host runs the same bucket-shaped forward without tracing it),
   "eager" (dynamo traces one graph per bucket) or "inductor"; ``strict_shapes`` always traces;
 - ``one_request_per_step``: reproduce upstream vllm-rbln's prefill (one prompt per step padded to max_length);
-- ``compile_only``: rbln target only: compile and cache every bucket graph for ``soc`` on a host without an NPU
+- ``npu``: rbln target only: the NPU to build for (default: RBLN_FORCE_NPU_NAME, else the NPU's own name); its
+  family picks the compile route (``rbln_runtime.family_of``);
+- ``compile_only``: rbln target only: compile and cache every bucket graph for ``npu`` on a host without an NPU
   (``rbln-retrieval compile``); the graphs' outputs are meaningless there.
 """
 
@@ -60,6 +62,10 @@ class BundledConfig:
     step_cost_tokens: int = DEFAULT_STEP_COST_TOKENS
     compile_only: bool = False
     cache_key: dict[str, Any] = field(default_factory=dict)
+    # The rbln target's pins, checked against the cache's manifest rather than keyed (artifacts.check).
+    npu: str | None = None
+    snapshot: str = ""
+    cache_root: str = ""  # resolved when the engine starts, so a later change of the variable moves nothing
 
     @classmethod
     def from_vllm_config(cls, vllm_config: Any) -> BundledConfig:
@@ -87,11 +93,11 @@ class BundledConfig:
     def cache_dir(self) -> Path:
         """Compile artifacts for this model and configuration; the same key on the next start reuses them."""
         # Settings that change no graph leave the key alone: a compile-only build serves the NPU host's start.
-        unkeyed = {"strict_shapes": None, "compile_only": None, "step_cost_tokens": None}
+        unkeyed = dict.fromkeys(("strict_shapes", "compile_only", "step_cost_tokens", "npu", "snapshot", "cache_root"))
         key = json.dumps({**asdict(self), **unkeyed}, sort_keys=True, default=str)
         # A hub model's key is "org/name@<commit>": the folder is named after "name", the hash covers the commit.
         name = Path(str(self.cache_key.get("model", "model"))).name.split("@")[0] or "model"
-        return cache_root() / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+        return Path(self.cache_root or cache_root()) / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
 
 TUNABLE = ("kernels", "host_compile_backend", "one_request_per_step", "step_cost_tokens", "compile_only")
@@ -105,10 +111,11 @@ def engine_overrides(
     dtype: str,
     strict_shapes: bool,
     user: dict[str, Any],
-    soc: str | None = None,
+    npu: str | None = None,
+    snapshot: str = "",
 ) -> dict[str, Any]:
-    """vLLM engine arguments for the bundled runner; ``user`` holds the caller's ``additional_config`` entry and
-    ``soc`` names the NPU the rbln target compiles for (part of the compile-cache key)."""
+    """vLLM engine arguments for the bundled runner; ``user`` holds the caller's ``additional_config`` entry (less
+    ``npu``), ``npu`` and ``snapshot`` what the rbln target builds for (pinned in the cache's manifest)."""
     settings = dict(user)
     one_per_step = bool(settings.get("one_request_per_step", False))
     max_tokens = int(settings.pop("max_num_batched_tokens", max(max_length, DEFAULT_MAX_TOKENS_PER_STEP)))
@@ -127,7 +134,10 @@ def engine_overrides(
         target=target,  # type: ignore[arg-type]
         buckets=tuple(buckets),
         strict_shapes=strict_shapes,
-        cache_key={"model": model, "dtype": dtype, "max_length": max_length, "vllm": vllm_version, "soc": soc},
+        cache_key={"model": model, "dtype": dtype, "max_length": max_length, "vllm": vllm_version},
+        npu=npu,
+        snapshot=snapshot,
+        cache_root=str(cache_root()),
         **{k: v for k, v in settings.items() if k in TUNABLE},
     )
     unknown = set(settings) - set(TUNABLE)

@@ -4,8 +4,9 @@ vLLM's scheduler packs many whole prompts into a step. This runner pads the step
 declared bucket (the single choke point is ``_determine_batch_execution_and_padding``), builds attention
 metadata for the whole bucket, pads token_type_ids with the inputs, and runs model forward plus pooling as one
 torch.compile'd graph per bucket (on the host, traced only under strict_shapes or a chosen compile backend;
-otherwise the same bucket-shaped function runs eagerly). Padding never reaches an output: pooling weights are
-zero on padding columns and only the step's requests are read back.
+otherwise the same bucket-shaped function runs eagerly; on an NPU, rbln_runtime's route for its family compiles
+each captured graph). Padding never reaches an output: pooling weights are zero on padding columns and only the
+step's requests are read back.
 """
 
 from __future__ import annotations
@@ -23,15 +24,13 @@ from vllm.forward_context import BatchDescriptor
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 
-from rbln_retrieval.backend import rbln_runtime
+from rbln_retrieval.backend import artifacts, rbln_runtime
 from rbln_retrieval.backend.compile import (
-    MANIFEST,
     RecordingBackend,
     allow_recompiles,
     graph_breaks,
     recording_backend,
     strict_errors,
-    write_manifest,
 )
 from rbln_retrieval.backend.config import BundledConfig
 from rbln_retrieval.backend.host_layers import write_in_place
@@ -88,12 +87,22 @@ class BundledModelRunner(CPUModelRunner):
             self.in_place_blocks = write_in_place(self.model)
         self._graph = self._forward_and_pool
         if self.bundled.traced:
-            self.compile_backend, options = recording_backend(self.bundled)
-            self.cache_reused = (self.bundled.cache_dir() / MANIFEST).is_file()
+            rbln = self.bundled.target == "rbln"
+            if rbln:
+                rbln_runtime.contiguous_weights(self.model)
+            self.compile_backend, chosen = recording_backend(self.bundled, _process_groups() if rbln else None)
+            # The engine's start already refused a manifest pinned to another NPU, SDK or snapshot.
+            self.cache_reused = artifacts.read(self.bundled.cache_dir()) is not None
+            if rbln and self.route == "torch.compile":
+                self.cache_reused = rbln_runtime.load_compile_bundle(self.bundled.cache_dir()) and self.cache_reused
             allow_recompiles(len(self.bundled.buckets) + 8)
             self._graph_breaks_at_start = graph_breaks()
             self._graph = torch.compile(
-                _own_code(self._forward_and_pool), backend=self.compile_backend, options=options, dynamic=False
+                _own_code(self._forward_and_pool),
+                backend=self.compile_backend,
+                options=chosen.options,
+                dynamic=False,
+                fullgraph=chosen.fullgraph,
             )
         logger.info(
             "Bundled runner (%s): buckets %s, cache %s",
@@ -209,7 +218,11 @@ class BundledModelRunner(CPUModelRunner):
         self.counters = StepCounters()
         if self.compile_backend is not None:
             self.compile_backend.warmed_up = True
-            write_manifest(self.bundled.cache_dir(), list(self.bundled.buckets), self.compile_backend.graphs)
+            cache_dir = self.bundled.cache_dir()
+            if self.route == "torch.compile":
+                rbln_runtime.save_compile_bundle(cache_dir)
+            pins = artifacts.pins_for(self.bundled) if self.bundled.target == "rbln" else None
+            artifacts.write(cache_dir, list(self.bundled.buckets), self.compile_backend.graphs, pins)
 
     def stats(self) -> dict[str, Any]:
         graphs = self.compile_backend.graphs if self.compile_backend is not None else []
@@ -252,11 +265,31 @@ class BundledModelRunner(CPUModelRunner):
                     for b in g.metadata_builders
                 }
             ),
-            "compile_cache": {"dir": str(self.bundled.cache_dir()), "reused": self.cache_reused},
+            "compile_cache": {"dir": str(self.bundled.cache_dir()), "reused": self.cache_reused, **self._artifacts()},
             "compile_only": self.bundled.compile_only,
-            "soc": self.bundled.cache_key.get("soc"),
-            "rbln_devices": rbln_runtime.device_ids() if self.bundled.target == "rbln" else [],
+            "npu": self.bundled.npu,
+            "route": self.route,
+            "rbln_devices": rbln_runtime.visible_devices() if self.bundled.target == "rbln" else [],
         }
+
+    @property
+    def route(self) -> str | None:
+        """How the rbln target's graphs are compiled for its NPU family ("aot" or "torch.compile")."""
+        return rbln_runtime.family_of(self.bundled.npu).route if self.bundled.npu else None
+
+    def _artifacts(self) -> dict[str, int]:
+        return rbln_runtime.artifact_counts(getattr(self.compile_backend, "inner", None))
+
+
+def _process_groups() -> dict[str, list[int]]:
+    """vLLM's process groups by name -> ranks, as rebel's torch.compile backend takes them (vllm-rbln 0.12)."""
+    from vllm.distributed import get_dp_group, get_pp_group, get_tp_group
+
+    return {
+        group.group_name: list(coordinator.ranks)
+        for coordinator in (get_tp_group(), get_pp_group(), get_dp_group())
+        for group in (coordinator.device_group, coordinator.cpu_group)
+    }
 
 
 def _own_code(method: Any) -> Any:

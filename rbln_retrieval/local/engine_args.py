@@ -60,12 +60,17 @@ def vllm_engine_kwargs(
     if target is None:
         return _stock_kwargs(model_dir, family, options, dtype, extra)
     from rbln_retrieval.backend import rbln_runtime
+    from rbln_retrieval.backend.artifacts import snapshot_fingerprint
     from rbln_retrieval.backend.config import CONFIG_KEY, engine_overrides
 
     additional = dict(extra.pop("additional_config", None) or {})
     settings = dict(additional.pop(CONFIG_KEY, None) or {})
     if "max_num_batched_tokens" in extra:
         settings["max_num_batched_tokens"] = extra.pop("max_num_batched_tokens")
+    npu = settings.pop("npu", None)
+    if target == "rbln":
+        rbln_runtime.visible_devices()  # folds a legacy RBLN_DEVICES in before vLLM's processes start
+        npu = npu or rbln_runtime.npu_name()
     bundled = engine_overrides(
         target=target,
         max_length=family.max_length,
@@ -73,12 +78,25 @@ def vllm_engine_kwargs(
         dtype=dtype,
         strict_shapes=options.strict_shapes,
         user=settings,
-        soc=rbln_runtime.npu_name() if target == "rbln" else None,
+        npu=npu,
+        snapshot=snapshot_fingerprint(model_dir) if target == "rbln" else "",
     )
+    if target == "rbln":
+        _check_artifacts(bundled["additional_config"][CONFIG_KEY], model_key or str(model_dir))
     bundled["additional_config"] = {**additional, **bundled["additional_config"]}
     kwargs = _stock_kwargs(model_dir, family, options, dtype, extra)
     kwargs["kv_cache_memory_bytes"] = _kv_cache_bytes(family, bundled["max_num_batched_tokens"])
     return {**kwargs, **bundled}
+
+
+def _check_artifacts(settings: dict[str, Any], model: str) -> None:
+    """Refuse, before vLLM starts, a compile cache built for another NPU, SDK or snapshot (the compile command
+    replaces it instead)."""
+    from rbln_retrieval.backend import artifacts
+    from rbln_retrieval.backend.config import BundledConfig
+
+    config = BundledConfig(**{**settings, "buckets": tuple(settings["buckets"])})
+    artifacts.check(config.cache_dir(), artifacts.pins_for(config), model=model, rebuild=config.compile_only)
 
 
 def _stock_kwargs(

@@ -7,9 +7,11 @@ from typing import Any
 
 import ray
 
-# Ray's RBLN accelerator manager schedules NPUs under this resource and sets this variable per actor.
+# Ray's RBLN accelerator manager (ray/_private/accelerators/rbln.py) schedules NPUs under this resource and sets
+# the legacy RBLN_DEVICES per actor; an rbln engine folds it into SDK 0.12's RBLN_VISIBLE_DEVICES when it starts.
 RBLN_RESOURCE = "RBLN"
 RBLN_DEVICES_ENV = "RBLN_DEVICES"
+RBLN_VISIBLE_DEVICES_ENV = "RBLN_VISIBLE_DEVICES"
 
 
 def engine_resources(num_cpus: float | None = None) -> dict[str, Any]:
@@ -25,7 +27,9 @@ def engine_resources(num_cpus: float | None = None) -> dict[str, Any]:
 
 
 def announce_placement(what: str) -> None:
-    """Print one line saying which NPU this actor got; Ray forwards it to the driver prefixed with the actor."""
-    devices = os.environ.get(RBLN_DEVICES_ENV)
-    where = f"{RBLN_DEVICES_ENV}={devices}" if devices is not None else f"no {RBLN_RESOURCE} assigned"
+    """Print one line saying which NPU this actor got (as Ray set it, or as an engine already folded it); Ray
+    forwards it to the driver prefixed with the actor."""
+    names = (RBLN_DEVICES_ENV, RBLN_VISIBLE_DEVICES_ENV)
+    found = [f"{name}={os.environ[name]}" for name in names if os.environ.get(name) is not None]
+    where = found[0] if found else f"no {RBLN_RESOURCE} assigned"
     print(f"rbln-retrieval {what}: {where}", flush=True)

@@ -37,7 +37,7 @@ class PoolingServer:
         announce_placement("serve replica")
         args, target = server_args(model, api_key=api_key, **options)
         self._stack = contextlib.AsyncExitStack()
-        # vLLM's engine processes start inside the block and inherit the backend choice (and RBLN_DEVICES).
+        # vLLM's engine processes start inside the block and inherit the backend choice (and the NPU Ray assigned).
         with backend.activated(target, cpu_threads_env() if target != "rbln" else None):
             engine = await self._stack.enter_async_context(build_async_engine_client(args))
         tasks = await engine.get_supported_tasks()

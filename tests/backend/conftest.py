@@ -12,7 +12,7 @@ from types import ModuleType
 
 import pytest
 from model_builders import minilm_path, remote_code_options
-from npu import STANDIN, rbln_options
+from npu import STANDIN, start_rbln
 
 from rbln_retrieval import PoolingEngine
 from rbln_retrieval.backend import rbln_runtime
@@ -69,15 +69,32 @@ def start_engine():
 
 
 @pytest.fixture(scope="module")
-def rbln(pair, standin_rebel) -> Iterator[tuple[PoolingEngine, list]]:
-    """(rbln-target engine, what the stand-in compiler recorded for it) for the model of ``pair``; shared, so
-    framework objects with ``rbln_options()`` use this very engine."""
-    first = len(standin_rebel.COMPILED)
-    engine = PoolingEngine.shared(pair[0], **rbln_options(), **remote_code_options(pair[0]))
+def npu(request) -> str:
+    """The NPU name a module's rbln-target engine builds for (``request.param``, one of npu.NPUS)."""
+    return request.param
+
+
+def _rbln(path: Path, npu: str, standin: ModuleType) -> Iterator[tuple[PoolingEngine, list]]:
+    first = len(standin.COMPILED)
+    engine = start_rbln(path, npu, **remote_code_options(path))
     try:
-        yield engine, standin_rebel.COMPILED[first:]
+        yield engine, standin.COMPILED[first:]
     finally:
         engine.close()
+
+
+# One fixture per NPU family, keyed by ``pair`` alone: a module-scoped NPU parameter would make pytest set ``pair``
+# up more than once (and its second bundled engine find the first one's compile cache).
+@pytest.fixture(scope="module")
+def rbln_atom(pair, standin_rebel) -> Iterator[tuple[PoolingEngine, list]]:
+    """(rbln-target engine for RBLN-CA25, what the stand-in compiler recorded for it) for the model of ``pair``."""
+    yield from _rbln(pair[0], "RBLN-CA25", standin_rebel)
+
+
+@pytest.fixture(scope="module")
+def rbln_rebel100(pair, standin_rebel) -> Iterator[tuple[PoolingEngine, list]]:
+    """(rbln-target engine for RBLN-CR13, what the stand-in compiler recorded for it) for the model of ``pair``."""
+    yield from _rbln(pair[0], "RBLN-CR13", standin_rebel)
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ import pytest
 import reference
 from corpus import mixed_length, passages
 from model_builders import BUILDERS
+from npu import NPUS
 
 FAMILIES = [*BUILDERS, "all-MiniLM-L6-v2"]
 TEXTS = mixed_length(40)  # one word to thousands (truncated at max_length)
@@ -113,34 +114,46 @@ def test_bundled_equals_stock_equals_reference(pair):
 NPU_NAMESPACES = {"aten", "prims", "rbln_custom_ops"}
 
 
+@pytest.mark.parametrize("npu", NPUS)
 @pytest.mark.parametrize("pair", FAMILIES, indirect=True)
-def test_rbln_target_hands_the_compiler_aten_graphs_with_weights_as_module_state(pair, rbln, caplog):
-    """device="rbln" against the stand-in compiler: each bucket graph lowers to ATen only, writes into none of its
-    inputs, holds real weights as module state (one copy shared by every bucket), is compiled the way vllm-rbln
-    compiles, and computes what vLLM's stock runner computes. A family with token-level outputs says at start
-    where they are pooled."""
+def test_rbln_target_hands_the_compiler_aten_graphs_with_weights_as_module_state(pair, npu, request, caplog):
+    """device="rbln" against the stand-in compiler, on the route of each NPU family: each bucket graph lowers to
+    ATen only, writes into none of its inputs, holds real contiguous weights as module state (one copy shared by
+    every bucket), is compiled the way SDK 0.12 compiles for that family, and computes what vLLM's stock runner
+    computes. A family with token-level outputs says at start where they are pooled."""
     _, _, stock = pair
-    engine, compiled = rbln
+    engine, compiled = request.getfixturevalue({"RBLN-CA25": "rbln_atom", "RBLN-CR13": "rbln_rebel100"}[npu])
+    at_start = [r.getMessage() for r in caplog.get_records("setup") + caplog.get_records("call")]
     ours, theirs = _outputs(engine), _outputs(stock)
-    at_start = [r.getMessage() for r in caplog.get_records("setup")]
     notes = [m for m in at_start if "pooled by vLLM's pooler on the host" in m]
     assert len(notes) == (engine.family.name in ("bge-m3", "colbert")), notes
     for key in theirs:
         assert _max_difference(ours[key], theirs[key]) <= TOLERANCE, f"{key}: rbln target vs stock"
     stats = engine.stats()
-    assert (stats["target"], stats["kernels"], stats["soc"]) == ("rbln", "static", "RBLN-CA25")
+    route = {"RBLN-CA25": "aot", "RBLN-CR13": "torch.compile"}[npu]
+    assert (stats["target"], stats["kernels"], stats["npu"], stats["route"]) == ("rbln", "static", npu, route)
     assert stats["compiles"] == len(stats["buckets"]) == len(compiled), "one graph per bucket"
     assert stats["compiles_after_warmup"] == 0 and stats["graph_breaks"] == 0
     assert sorted(g["bucket"] for g in stats["graphs"]) == stats["buckets"]
     assert all(g["lifted_weights"] == 0 for g in stats["graphs"])
-    context = compiled[0].options["compile_context"]
-    assert context.use_weight_sharing and context.use_global_ctx
     for graph in compiled:
+        assert graph.route == route and not graph.cached
         assert graph.violations == [] and {op.split(".")[0] for op in graph.ops} <= NPU_NAMESPACES
         assert graph.weights > 0 and graph.weight_storages == compiled[0].weight_storages
-        assert graph.options["compile_context"] is context and graph.options["mode"] == "strict"
-        assert graph.options["cache_dir"] == str(Path(stats["compile_cache"]["dir"]) / "rbln")
-        assert "guard_filter_fn" not in graph.options, "torch.compile keeps the guard filter for itself"
+        assert graph.options["num_devices"] == 1 and "tensor_parallel_size" not in graph.options
+    if route == "aot":
+        context = compiled[0].options["compile_context"]
+        assert context.use_weight_sharing, "one copy of the weights for every bucket graph"
+        assert all(g.options["compile_context"] is context and g.options["npu"] == npu for g in compiled)
+        assert stats["compile_cache"]["artifacts_compiled"] == len(stats["buckets"])
+        return
+    for graph in compiled:
+        options = graph.options
+        assert options["mode"] == ["strict"] and options["model_trace_method"] == "export"
+        assert options["use_static_output"] is True and options["dtype"] == "float32"
+        assert options["cache_dir"] == str(Path(stats["compile_cache"]["dir"]) / "rbln") and options["mega_cache_only"]
+        assert "guard_filter_fn" not in options, "torch.compile keeps the guard filter for itself"
+        assert "compile_context" not in options, "device-tensor mode: weights are device tensors, no context"
 
 
 @pytest.mark.parametrize("pair", ["all-MiniLM-L6-v2"], indirect=True)

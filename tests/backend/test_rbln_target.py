@@ -1,13 +1,18 @@
-"""The rbln target end to end against the stand-in compiler (tests/standin): the one-sentence failure without the
-runtime, compile-only builds that an NPU host's start reuses, the NPU chosen by RBLN_DEVICES, both frameworks on
-device="rbln", and coexistence with another vendor's vLLM platform plugin."""
+"""The rbln target end to end against the stand-in compiler (tests/standin), on both routes (ATOM's RBLN-CA25 through
+compile_from_torch, Rebel100's RBLN-CR13 through torch.compile): the one-sentence failure without the runtime,
+compile-only builds that an NPU host's start loads without compiling, artifacts for another NPU, SDK or snapshot
+refused, the NPU chosen by RBLN_VISIBLE_DEVICES (or Ray's legacy RBLN_DEVICES), both frameworks on device="rbln",
+and coexistence with another vendor's vLLM platform plugin."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -15,15 +20,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 from model_builders import minilm_path
-from npu import rbln_options
+from npu import NPUS, rbln_options, start_rbln
 
-from rbln_retrieval import PoolingEngine, backend, get_engine
+from rbln_retrieval import PoolingEngine, backend
 from rbln_retrieval.backend import rbln_runtime
+from rbln_retrieval.backend.artifacts import ArtifactMismatchError
 from rbln_retrieval.backend.compile import recording_backend
 from rbln_retrieval.backend.config import BundledConfig
 from rbln_retrieval.cli import main
 from rbln_retrieval.errors import DeviceUnavailableError
 
+# torch-rbln (an SDK 0.12 package from PyPI) is installed here; rebel-compiler is not.
 NO_RUNTIME = "device='rbln' cannot be used: the RBLN runtime is not installed (rebel-compiler missing)"
 QUERY = "How are exceptions raised and handled in Python?"
 PASSAGES = [
@@ -42,8 +49,10 @@ def test_rbln_without_runtime_is_one_clear_sentence():
     assert message.startswith(NO_RUNTIME) and message.count(". ") == 0 and "\n" not in message
     # The engine-core side fails the same way if it is ever asked for the rbln target.
     with pytest.raises(DeviceUnavailableError, match="RBLN runtime is not installed"):
-        recording_backend(BundledConfig(target="rbln", buckets=(16,)))
+        recording_backend(BundledConfig(target="rbln", buckets=(16,), npu="RBLN-CA25", cache_key={"dtype": "float32"}))
     with pytest.raises(DeviceUnavailableError, match="needs rebel-compiler, which is not installed"):
+        main_or_raise(["compile", str(minilm_path()), "--npu", "RBLN-CA25"])
+    with pytest.raises(DeviceUnavailableError, match="needs rebel-compiler"):  # the deprecated flag still works
         main_or_raise(["compile", str(minilm_path()), "--soc", "RBLN-CA25"])
 
 
@@ -56,43 +65,136 @@ def main_or_raise(argv: list[str]) -> int:
     return args.run(args)
 
 
+@pytest.fixture(scope="module")
+def shipped(request, standin_rebel, tiny_models, tmp_path_factory):
+    """``rbln-retrieval compile MODEL --npu NPU`` on a build host (rebel-compiler, no NPU) for ``request.param``:
+    (npu, model copy, cache root, printed line, graphs compiled). The model is a copy, so a test may alter it."""
+    npu = request.param
+    model = Path(shutil.copytree(tiny_models["bert-cls"], tmp_path_factory.mktemp("model") / "bert-cls"))
+    root = tmp_path_factory.mktemp(f"shipped-{npu}")
+    patch = pytest.MonkeyPatch()
+    patch.setattr(rbln_runtime, "probe", lambda: rbln_runtime.RuntimeProbe(True, 0, "no NPU device"))
+    patch.setenv("RBLN_RETRIEVAL_CACHE_DIR", str(root))
+    patch.setenv("REBEL_STANDIN_NPU", "")  # nothing mounted
+    for name in ("RBLN_FORCE_NPU_NAME", "RBLN_TARGET_SOC"):
+        patch.delenv(name, raising=False)
+    first = len(standin_rebel.COMPILED)
+    try:
+        with tempfile.TemporaryFile("w+") as out:  # a real file: vLLM's start needs stdout's descriptor
+            with contextlib.redirect_stdout(out):
+                assert main(["compile", str(model), "--npu", npu, "--dtype", "float32"]) == 0
+            out.seek(0)
+            printed = out.read()
+    finally:
+        patch.undo()
+    return npu, model, root, printed, standin_rebel.COMPILED[first:]
+
+
 @pytest.fixture
-def no_npu(standin_rebel, monkeypatch):
-    """rebel-compiler installed (the stand-in) but no NPU in this host: a compile-only build host."""
-    monkeypatch.setattr(rbln_runtime, "probe", lambda: rbln_runtime.RuntimeProbe(True, 0, "no NPU device"))
-    return standin_rebel
+def npu_host(shipped, monkeypatch):
+    """The host the artifacts are shipped to: the NPU of ``shipped`` mounted (two of them), the same cache root, a
+    fresh process (the stand-in's in-memory compile cache empty)."""
+    from rebel.core import mega_cache
+
+    npu, _, root, _, _ = shipped
+    monkeypatch.setattr(rbln_runtime, "probe", lambda: rbln_runtime.RuntimeProbe(True, 2, "the stand-in NPU"))
+    monkeypatch.setenv("RBLN_RETRIEVAL_CACHE_DIR", str(root))
+    monkeypatch.setenv("REBEL_STANDIN_NPU", npu)
+    monkeypatch.setattr(mega_cache, "STORE", {})
+    monkeypatch.delenv("RBLN_VISIBLE_DEVICES", raising=False)
+    return shipped
 
 
-def test_compile_only_fills_the_cache_an_npu_host_reuses(no_npu, tiny_models, monkeypatch, capsys):
-    path = tiny_models["bert-cls"]
-    first = len(no_npu.COMPILED)
-    monkeypatch.delenv("RBLN_TARGET_SOC", raising=False)
-    assert main(["compile", str(path), "--soc", "RBLN-CA25", "--dtype", "float32"]) == 0
-    printed = capsys.readouterr().out
-    assert printed.startswith("compiled ") and "for RBLN-CA25 into " in printed
-    built = no_npu.COMPILED[first:]
-    assert built and all(g.options["mode"] == ["strict", "compile_only"] and not g.violations for g in built)
+ROUTES = {"RBLN-CA25": "aot", "RBLN-CR13": "torch.compile"}
+
+
+@pytest.mark.parametrize("shipped", NPUS, indirect=True)
+def test_compile_only_builds_what_an_npu_host_loads_without_compiling(npu_host, standin_rebel, monkeypatch):
+    npu, model, _, printed, built = npu_host
+    assert printed.startswith("compiled ") and f"for {npu} ({ROUTES[npu]}) into " in printed
+    assert built and all(g.route == ROUTES[npu] and not g.cached and not g.violations for g in built)
+    if ROUTES[npu] == "torch.compile":
+        assert all(g.options["mode"] == ["strict", "compile_only"] for g in built)
     cache_dir = printed.rsplit(" into ", 1)[1].strip()
     manifest = json.loads(Path(cache_dir, "graphs.json").read_text())
     assert len(manifest["graphs"]) == len(manifest["buckets"]) == len(built)
-    assert all(g["ops"] for g in manifest["graphs"])
+    assert manifest["pins"]["npu"] == npu and manifest["pins"]["sdk"] == standin_rebel_version()
 
-    # The NPU host: same model and options, an NPU present, RBLN_DEVICES naming the one to use.
-    monkeypatch.setattr(rbln_runtime, "probe", lambda: rbln_runtime.RuntimeProbe(True, 2, "the stand-in NPU"))
+    # The NPU host: Ray's RBLN resource sets the legacy RBLN_DEVICES, read as RBLN_VISIBLE_DEVICES with a warning.
+    from rebel import aot
+
     monkeypatch.setenv("RBLN_DEVICES", "1")
-    monkeypatch.delenv("RBLN_TARGET_SOC")
-    served = len(no_npu.COMPILED)
-    with PoolingEngine(path, device="rbln", dtype="float32") as engine:
+    monkeypatch.setattr(rbln_runtime, "_warned", set())
+    served, runtimes = len(standin_rebel.COMPILED), len(aot.RUNTIMES)
+    with pytest.warns(DeprecationWarning, match="RBLN_DEVICES is deprecated"):
+        engine = PoolingEngine(model, device="rbln", dtype="float32")
+    with engine:
         stats = engine.stats()
         assert engine.embed(["hello"]).shape == (1, engine.dimension)
-    assert stats["compile_cache"] == {"dir": cache_dir, "reused": True}
-    assert stats["soc"] == "RBLN-CA25" and not stats["compile_only"] and stats["rbln_devices"] == ["1"]
-    assert {g.rbln_devices for g in no_npu.COMPILED[served:]} == {"1"}, "rebel sees the NPU RBLN_DEVICES names"
+    assert stats["compile_cache"]["dir"] == cache_dir and stats["compile_cache"]["reused"]
+    assert (stats["npu"], stats["route"], stats["compile_only"]) == (npu, ROUTES[npu], False)
+    assert stats["rbln_devices"] == ["1"] and "RBLN_DEVICES" not in os.environ
+    again = standin_rebel.COMPILED[served:]
+    if ROUTES[npu] == "aot":
+        buckets = len(stats["buckets"])
+        assert stats["compile_cache"] | {"dir": None} == {
+            "dir": None,
+            "reused": True,
+            "artifacts_loaded": buckets,
+            "artifacts_compiled": 0,
+        }
+        assert again == [], "nothing compiled: every bucket's .rbln was loaded"
+        assert [(r["device"], r["visible"], r["legacy"]) for r in aot.RUNTIMES[runtimes:]] == [(0, "1", None)] * buckets
+    else:
+        assert again and all(g.cached for g in again), "every graph came from the shipped bundle"
+        assert {(g.rbln_devices, g.legacy_devices) for g in again} == {("1", None)}
 
 
-def test_compile_only_needs_the_rbln_device_and_a_soc(no_npu, monkeypatch):
-    monkeypatch.delenv("RBLN_TARGET_SOC", raising=False)
-    with pytest.raises(ValueError, match="Name the NPU to compile for with --soc"):
+@pytest.mark.parametrize("shipped", ["RBLN-CA25"], indirect=True)
+def test_artifacts_for_another_npu_sdk_or_snapshot_are_refused(npu_host, standin_rebel, monkeypatch):
+    import rebel
+
+    npu, model, _, printed, _ = npu_host
+    cache_dir = printed.rsplit(" into ", 1)[1].strip()
+
+    def refusal(**options):
+        with pytest.raises(ArtifactMismatchError) as failure:
+            PoolingEngine(model, device="rbln", dtype="float32", **options)
+        message = str(failure.value)
+        assert message.startswith(f"The RBLN artifacts in {cache_dir} were built for ")
+        assert message.count(". ") == 0 and "\n" not in message
+        return message
+
+    monkeypatch.setenv("REBEL_STANDIN_NPU", "RBLN-CR13")
+    assert "for NPU RBLN-CA25 (ATOM) but this host has NPU RBLN-CR13 (Rebel100)" in refusal()
+    monkeypatch.setenv("REBEL_STANDIN_NPU", npu)
+    built_with = rebel.__version__
+    monkeypatch.setattr(rebel, "__version__", "0.12.1")
+    assert f"for rebel-compiler {built_with} but this host has rebel-compiler 0.12.1" in refusal()
+    monkeypatch.undo()
+    monkeypatch.setattr(rbln_runtime, "probe", lambda: rbln_runtime.RuntimeProbe(True, 1, "the stand-in NPU"))
+    monkeypatch.setenv("REBEL_STANDIN_NPU", npu)
+    monkeypatch.setenv("RBLN_RETRIEVAL_CACHE_DIR", str(Path(cache_dir).parent))
+    config = Path(model, "config.json")
+    original = config.read_text()
+    config.write_text(original.replace("}", " }"))  # another snapshot of the model at the same path
+    try:
+        message = refusal()
+    finally:
+        config.write_text(original)
+    assert "for model snapshot " in message and "--npu RBLN-CA25" in message
+
+
+def standin_rebel_version() -> str:
+    import rebel
+
+    return rebel.__version__
+
+
+def test_compile_only_needs_the_rbln_device_and_an_npu(standin_rebel, monkeypatch):
+    for name in ("RBLN_FORCE_NPU_NAME", "RBLN_TARGET_SOC"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ValueError, match="Name the NPU to compile for with --npu"):
         main_or_raise(["compile", str(minilm_path())])
     settings = {"additional_config": {"rbln_retrieval": {"compile_only": True}}}
     with pytest.raises(ValueError, match="compile_only compiles for an RBLN NPU; it needs device='rbln'"):
@@ -121,9 +223,7 @@ def test_device_rbln_starts_vllm_with_the_static_graph_settings(standin_rebel, m
     assert os.environ.get(backend.ACTIVATE_ENV) is None
     args = started["args"]
     settings = args.additional_config["rbln_retrieval"]
-    assert (
-        settings["target"] == "rbln" and settings["kernels"] == "static" and settings["cache_key"]["soc"] == "RBLN-CA25"
-    )
+    assert (settings["target"], settings["kernels"], settings["npu"]) == ("rbln", "static", "RBLN-CA25")
     assert args.compilation_config.custom_ops == ["none"], "vLLM's custom ops run their torch-native forward"
     assert args.worker_cls == "rbln_retrieval.backend.worker.BundledWorker"
     assert args.enable_chunked_prefill is False and args.enable_prefix_caching is False
@@ -131,43 +231,52 @@ def test_device_rbln_starts_vllm_with_the_static_graph_settings(standin_rebel, m
 
 
 @pytest.fixture(scope="module")
-def npu_minilm(standin_rebel):
-    engine = PoolingEngine.shared(minilm_path(), **rbln_options())
+def npu_minilm(npu, standin_rebel):
+    engine = start_rbln(minilm_path(), npu)
     yield engine
     engine.close()
 
 
-def test_langchain_vector_store_on_the_rbln_target(npu_minilm, minilm_engine):
+@pytest.mark.parametrize("npu", NPUS, indirect=True)
+def test_langchain_vector_store_on_the_rbln_target(npu, npu_minilm, minilm_engine):
     from langchain_core.vectorstores import InMemoryVectorStore
 
     from langchain_rbln import RBLNEmbeddings
 
-    embeddings = RBLNEmbeddings(model=str(minilm_path()), **rbln_options())
+    embeddings = RBLNEmbeddings(model=str(minilm_path()), **rbln_options(npu))
     assert embeddings.engine.engine is npu_minilm.engine, "equal settings share the rbln engine"
     store = InMemoryVectorStore.from_texts(PASSAGES, embeddings)
     found = store.similarity_search_with_score(QUERY, k=2)
     assert {doc.page_content for doc, _ in found} == {PASSAGES[0], PASSAGES[3]}
     expected = minilm_engine.score(QUERY, PASSAGES)
     assert [score for _, score in found] == pytest.approx(sorted(expected, reverse=True)[:2], abs=1e-5)
-    assert npu_minilm.stats()["compiles_after_warmup"] == 0
+    stats = npu_minilm.stats()
+    assert (stats["npu"], stats["compiles_after_warmup"]) == (npu, 0)
 
 
-def test_llama_index_reranker_on_the_rbln_target(standin_rebel, tiny_models):
+@pytest.fixture(scope="module")
+def stock_cross_encoder_scores(tiny_models):
+    with PoolingEngine(tiny_models["bert-cross-encoder"], device="cpu", dtype="float32", runner="stock") as stock:
+        return stock.score(QUERY, PASSAGES)
+
+
+@pytest.mark.parametrize("npu", NPUS, indirect=True)
+def test_llama_index_reranker_on_the_rbln_target(npu, standin_rebel, tiny_models, stock_cross_encoder_scores):
     from llama_index.core.schema import NodeWithScore, TextNode
 
     from llama_index.postprocessor.rbln_rerank import RBLNReranker
 
     path = tiny_models["bert-cross-encoder"]
     nodes = [NodeWithScore(node=TextNode(text=text), score=0.0) for text in PASSAGES]
-    with PoolingEngine(path, device="cpu", dtype="float32", runner="stock") as stock:
-        expected = stock.score(QUERY, PASSAGES)
-    reranker = RBLNReranker(model=str(path), top_n=3, **rbln_options())
-    engine = get_engine(str(path), **rbln_options())  # a claim on the shared engine the reranker runs on
+    engine = start_rbln(path, npu)  # the shared engine the reranker runs on
+    reranker = RBLNReranker(model=str(path), top_n=3, **rbln_options(npu))
     try:
         ranked = reranker.postprocess_nodes(nodes, query_str=QUERY)
-        assert [n.score for n in ranked] == pytest.approx(sorted(expected, reverse=True)[:3], abs=1e-5)
+        expected = sorted(stock_cross_encoder_scores, reverse=True)[:3]
+        assert [n.score for n in ranked] == pytest.approx(expected, abs=1e-5)
         stats = engine.stats()
-        assert stats["target"] == "rbln" and stats["steps"] > 0 and stats["compiles_after_warmup"] == 0
+        assert (stats["target"], stats["npu"], stats["route"]) == ("rbln", npu, ROUTES[npu])
+        assert stats["steps"] > 0 and stats["compiles_after_warmup"] == 0
     finally:
         reranker.close()
         engine.close()

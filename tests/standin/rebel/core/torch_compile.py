@@ -1,96 +1,72 @@
-"""Stand-in for rebel's torch.compile backend: lowers each graph to ATen, checks the NPU graph contract, records
-what it saw, and runs the lowered graph on the CPU.
-
-The contract (what an NPU compiler that lowers ATen and takes weights as module state needs):
-- every op is in ``aten``, ``prims`` or ``rbln_custom_ops`` (none of vLLM's ``_C`` CPU kernels or ``vllm`` ops);
-- no write into a graph input (checked after functionalization: such writes become copies into placeholders);
-- no weight passed as a graph input, and no empty weight (vLLM's CPU repacking leaves empty parameters);
-- only float32, bfloat16, float16, int32, int64 and bool tensors.
+"""Stand-in for rebel's torch.compile backend (the Rebel100 route; test-only): checks that torch.compile is called
+the way vllm-rbln 0.12 calls it (``fullgraph=True``; options ``num_devices``, ``process_group_dict``,
+``use_static_output``, ``dtype``, ``mode`` as a list, ``model_trace_method="export"``; never the old
+``tensor_parallel_size``), lowers each graph to ATen and checks the graph contract (``rebel.contract``), records it,
+and runs the lowered graph on the CPU. With ``cache_dir`` and ``mega_cache_only`` a graph already in the mega cache
+(``rebel.core.mega_cache``) is taken from it instead of lowered again.
 """
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, field
+import hashlib
 from typing import Any
 
 import torch
-from torch.fx.experimental.proxy_tensor import make_fx
 
-ALLOWED_NAMESPACES = {"aten", "prims", "rbln_custom_ops"}
-ALLOWED_DTYPES = {torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.int64, torch.bool}
-MODULE_STATE_MARKERS = ("_parameters_", "_buffers_", "_modules_")
+from rebel import contract
+from rebel.core import mega_cache
 
+REQUIRED_OPTIONS = ("num_devices", "process_group_dict", "use_static_output", "dtype", "mode", "model_trace_method")
+RETIRED_OPTIONS = {"tensor_parallel_size": "num_devices"}
 
-class GraphContractError(RuntimeError):
-    """A graph the NPU compiler could not take."""
-
-
-@dataclass
-class Compiled:
-    ops: list[str]  # "aten.mm.default", ... of the lowered graph
-    input_shapes: list[tuple[int, ...]]
-    input_dtypes: list[str]
-    weights: int  # parameters and buffers held as module state
-    weight_storages: frozenset[int]  # their data pointers: equal across graphs that share one copy
-    options: dict[str, Any]
-    rbln_devices: str | None
-    violations: list[str] = field(default_factory=list)
+COMPILED = contract.COMPILED
+GraphContractError = contract.GraphContractError
 
 
-COMPILED: list[Compiled] = []
+class CompileOptionError(TypeError):
+    """torch.compile was called with options (or flags) SDK 0.12's backend does not take."""
 
 
-def _lower(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> torch.fx.GraphModule:
-    return make_fx(torch.func.functionalize(gm, remove="mutations_and_views"), tracing_mode="real")(*example_inputs)
+def _fullgraph() -> bool:
+    """Whether the torch.compile call that handed us this graph asked for fullgraph=True."""
+    from torch._dynamo.symbolic_convert import InstructionTranslator
+
+    return bool(InstructionTranslator.current_tx().one_graph)
 
 
-def _violations(gm: torch.fx.GraphModule, lowered: torch.fx.GraphModule, example_inputs: list[Any]) -> list[str]:
-    found = []
-    names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
-    for name, value in zip(names, example_inputs):
-        if isinstance(value, torch.nn.Parameter) or any(m in name for m in MODULE_STATE_MARKERS):
-            found.append(f"weight passed as graph input: {name}")
-        if isinstance(value, torch.Tensor) and value.dtype not in ALLOWED_DTYPES:
-            found.append(f"input {name} has dtype {value.dtype}")
-    for name, tensor in [*gm.named_parameters(), *gm.named_buffers()]:
-        if tensor.numel() == 0:
-            found.append(f"empty weight: {name}")
-        if tensor.dtype not in ALLOWED_DTYPES:
-            found.append(f"weight {name} has dtype {tensor.dtype}")
-    placeholders = {n for n in lowered.graph.nodes if n.op == "placeholder"}
-    for node in lowered.graph.nodes:
-        if node.op != "call_function":
-            continue
-        target = node.target
-        if isinstance(target, torch._ops.OpOverload):
-            if target.namespace not in ALLOWED_NAMESPACES:
-                found.append(f"op outside ATen: {target}")
-            if target is torch.ops.aten.copy_.default and node.args[0] in placeholders:
-                found.append(f"write into graph input {node.args[0].name}")
-        value = node.meta.get("val")
-        if isinstance(value, torch.Tensor) and value.dtype not in ALLOWED_DTYPES:
-            found.append(f"{node.name} has dtype {value.dtype}")
-    return sorted(set(found))
+def option_errors(options: dict[str, Any]) -> list[str]:
+    found = [f"option {old!r} is retired; SDK 0.12 takes {new!r}" for old, new in RETIRED_OPTIONS.items() if old in options]
+    found += [f"option {name!r} missing" for name in REQUIRED_OPTIONS if name not in options]
+    if "mode" in options and not isinstance(options["mode"], list):
+        found.append(f"mode must be a list, not {options['mode']!r}")
+    if options.get("model_trace_method", "export") != "export":
+        found.append(f"model_trace_method {options['model_trace_method']!r} is not 'export'")
+    if "compile_context" in options:
+        found.append("compile_context is not used in device-tensor (export) mode")
+    if not _fullgraph():
+        found.append("torch.compile was called without fullgraph=True")
+    return found
+
+
+def _key(gm: torch.fx.GraphModule, example_inputs: list[Any], options: dict[str, Any]) -> str:
+    shapes = [(tuple(t.shape), str(t.dtype)) for t in example_inputs if isinstance(t, torch.Tensor)]
+    # The weights' values too: models of one architecture and size trace to the same code.
+    weights = [(n, float(t.double().sum())) for n, t in [*gm.named_parameters(), *gm.named_buffers()]]
+    return hashlib.sha256(f"{gm.code}\n{shapes}\n{weights}\n{options.get('dtype')}".encode()).hexdigest()
 
 
 def rbln_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], options: dict[str, Any] | None = None):
     options = dict(options or {})
-    lowered = _lower(gm, example_inputs)
-    ops = sorted({str(n.target) for n in lowered.graph.nodes
-                  if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)})
-    tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
-    record = Compiled(
-        ops=ops,
-        input_shapes=[tuple(t.shape) for t in tensors],
-        input_dtypes=[str(t.dtype) for t in tensors],
-        weights=len(list(gm.parameters())) + len(list(gm.buffers())),
-        weight_storages=frozenset(t.data_ptr() for t in [*gm.parameters(), *gm.buffers()]),
-        options=options,
-        rbln_devices=os.environ.get("RBLN_DEVICES"),
-        violations=_violations(gm, lowered, example_inputs),
-    )
-    COMPILED.append(record)
-    if record.violations:
-        raise GraphContractError("; ".join(record.violations))
+    errors = option_errors(options)
+    if errors:
+        raise CompileOptionError("; ".join(errors))
+    cached = options.get("cache_dir") and options.get("mega_cache_only")
+    key = _key(gm, example_inputs, options)
+    if cached and key in mega_cache.STORE:
+        contract.record("torch.compile", gm, example_inputs, options, None, [])
+        return mega_cache.STORE[key]
+    lowered = contract.lower(gm, example_inputs)
+    contract.record("torch.compile", gm, example_inputs, options, lowered, contract.violations(gm, lowered, example_inputs))
+    if cached:
+        mega_cache.STORE[key] = lowered
     return lowered

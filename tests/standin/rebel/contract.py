@@ -1,0 +1,110 @@
+"""The NPU graph contract both stand-in routes check (test-only): each graph is lowered to ATen and must be one an
+NPU compiler that lowers ATen and takes weights as module state can take:
+- every op is in ``aten``, ``prims`` or ``rbln_custom_ops`` (none of vLLM's ``_C`` CPU kernels or ``vllm`` ops);
+- no write into a graph input (checked after functionalization: such writes become copies into placeholders);
+- no weight passed as a graph input, no empty weight (vLLM's CPU repacking leaves empty parameters), and every
+  weight contiguous (both SDK routes make them contiguous before compiling);
+- only float32, bfloat16, float16, int32, int64 and bool tensors.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+ALLOWED_NAMESPACES = {"aten", "prims", "rbln_custom_ops"}
+ALLOWED_DTYPES = {torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.int64, torch.bool}
+MODULE_STATE_MARKERS = ("_parameters_", "_buffers_", "_modules_")
+
+
+class GraphContractError(RuntimeError):
+    """A graph the NPU compiler could not take."""
+
+
+@dataclass
+class Compiled:
+    route: str  # "aot" (compile_from_torch) or "torch.compile" (rbln_backend)
+    ops: list[str]  # "aten.mm.default", ... of the lowered graph (empty for a cache hit)
+    input_shapes: list[tuple[int, ...]]
+    input_dtypes: list[str]
+    weights: int  # parameters and buffers held as module state
+    weight_storages: frozenset[int]  # their data pointers: equal across graphs that share one copy
+    options: dict[str, Any]  # torch.compile's options, or compile_from_torch's keyword arguments
+    rbln_devices: str | None  # RBLN_VISIBLE_DEVICES as the compiler saw it
+    legacy_devices: str | None  # RBLN_DEVICES as the compiler saw it (SDK 0.12 hosts unset it)
+    cached: bool = False  # taken from the compile cache, nothing lowered
+    violations: list[str] = field(default_factory=list)
+
+
+COMPILED: list[Compiled] = []  # every graph either route was handed, in order
+
+
+def lower(gm: torch.nn.Module, example_inputs: list[Any]) -> torch.fx.GraphModule:
+    return make_fx(torch.func.functionalize(gm, remove="mutations_and_views"), tracing_mode="real")(*example_inputs)
+
+
+def op_names(lowered: torch.fx.GraphModule) -> list[str]:
+    return sorted(
+        {str(n.target) for n in lowered.graph.nodes if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)}
+    )
+
+
+def violations(gm: torch.fx.GraphModule, lowered: torch.fx.GraphModule, example_inputs: list[Any]) -> list[str]:
+    found = []
+    graph = getattr(gm, "graph", None)  # a captured graph, or a plain module (compile_from_torch takes either)
+    names = [n.name for n in graph.nodes if n.op == "placeholder"] if graph else list(inspect.signature(gm.forward).parameters)
+    for name, value in zip(names, example_inputs):
+        if isinstance(value, torch.nn.Parameter) or any(m in name for m in MODULE_STATE_MARKERS):
+            found.append(f"weight passed as graph input: {name}")
+        if isinstance(value, torch.Tensor) and value.dtype not in ALLOWED_DTYPES:
+            found.append(f"input {name} has dtype {value.dtype}")
+    for name, tensor in [*gm.named_parameters(), *gm.named_buffers()]:
+        if tensor.numel() == 0:
+            found.append(f"empty weight: {name}")
+        if not tensor.is_contiguous():
+            found.append(f"non-contiguous weight: {name}")
+        if tensor.dtype not in ALLOWED_DTYPES:
+            found.append(f"weight {name} has dtype {tensor.dtype}")
+    placeholders = {n for n in lowered.graph.nodes if n.op == "placeholder"}
+    for node in lowered.graph.nodes:
+        if node.op != "call_function":
+            continue
+        target = node.target
+        if isinstance(target, torch._ops.OpOverload):
+            if target.namespace not in ALLOWED_NAMESPACES:
+                found.append(f"op outside ATen: {target}")
+            if target is torch.ops.aten.copy_.default and node.args[0] in placeholders:
+                found.append(f"write into graph input {node.args[0].name}")
+        value = node.meta.get("val")
+        if isinstance(value, torch.Tensor) and value.dtype not in ALLOWED_DTYPES:
+            found.append(f"{node.name} has dtype {value.dtype}")
+    return sorted(set(found))
+
+
+def record(route: str, gm: torch.fx.GraphModule, example_inputs: list[Any], options: dict[str, Any],
+           lowered: torch.fx.GraphModule | None, found: list[str]) -> Compiled:
+    """Record what a route was handed; raise if it breaks the contract."""
+    tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
+    weights = [*gm.parameters(), *gm.buffers()]
+    compiled = Compiled(
+        route=route,
+        ops=op_names(lowered) if lowered is not None else [],
+        input_shapes=[tuple(t.shape) for t in tensors],
+        input_dtypes=[str(t.dtype) for t in tensors],
+        weights=len(weights),
+        weight_storages=frozenset(t.data_ptr() for t in weights),
+        options=options,
+        rbln_devices=os.environ.get("RBLN_VISIBLE_DEVICES"),
+        legacy_devices=os.environ.get("RBLN_DEVICES"),
+        cached=lowered is None,
+        violations=found,
+    )
+    COMPILED.append(compiled)
+    if found:
+        raise GraphContractError("; ".join(found))
+    return compiled
