@@ -14,7 +14,6 @@ import psutil
 import pytest
 import ray
 import ray._private.state
-from tolerances import BF16_OPTIONS, assert_bf16_close_to_float32, assert_bf16_paths_agree, assert_matches_local
 
 from rbln_retrieval.local.engine_args import resolve_dtype
 from rbln_retrieval.ray import embed_dataset, engine_resources, score_dataset
@@ -179,6 +178,9 @@ def test_a_100k_row_stream_embeds_every_id_once_with_bounded_driver_memory(ray_c
 
 def test_bfloat16_actors_equal_a_local_bfloat16_engine(ray_cluster, minilm, minilm_bf16_engine, minilm_engine):
     """Ray == local in bfloat16: the actors batch other rows together, so within two paths' bound."""
+    # Imported here: Ray's workers import this module to unpickle its row functions, without tests/ on their path.
+    from tolerances import BF16_OPTIONS, assert_bf16_close_to_float32, assert_bf16_paths_agree
+
     rows = corpus(48)
     out = embed_dataset(ray.data.from_items(rows), str(minilm), actors=1, batch_size=16, num_cpus=0.5, **BF16_OPTIONS)
     vectors = np.stack([r["embedding"] for r in sorted(out.take_all(), key=lambda r: r["id"])])
@@ -282,5 +284,7 @@ def test_the_ray_ingest_example_writes_a_store_that_rbln_embeddings_queries(
     assert sorted(stored["documents"]) == sorted(set(JSONL_PASSAGES))
     # The example runs in the dtype "auto" picks: bfloat16 on CPUs with AVX512_BF16, where it is within the
     # promise of the local float32 engine rather than equal to it.
+    from tolerances import assert_matches_local
+
     auto = resolve_dtype("auto", "cpu")
     assert_matches_local(stored["embeddings"], minilm_engine.embed(stored["documents"]), auto, atol=1e-6)
