@@ -22,7 +22,6 @@ import os
 import platform
 import sys
 from collections.abc import Iterator, Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
@@ -376,12 +375,10 @@ def _print_graphs(model: str, device: str) -> None:
 
 
 def _version(names: Sequence[str]) -> str:
-    for name in names:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return "not installed"
+    from rbln_retrieval.backend.vllm_compat import installed
+
+    found = installed(tuple(names))
+    return found[1] if found is not None else "not installed"
 
 
 if __name__ == "__main__":

