@@ -509,6 +509,53 @@ def build_colbert(path: str | Path, *, seed: int = 0) -> Path:
     return path
 
 
+def build_splade(path: str | Path, *, seed: int = 0, sentence_transformers: bool = True) -> Path:
+    """A BertForMaskedLM laid out like naver/splade-v3: with sentence-transformers' SparseEncoder files (an
+    ``MLMTransformer`` and a ``SpladePooling`` module, max of log1p(relu)) or, with ``sentence_transformers=False``,
+    the bare transformers checkpoint older SPLADE releases are. Saved by transformers 5, so the decoder is tied to the
+    word embeddings (no ``cls.predictions.decoder.weight``) and its bias is ``cls.predictions.bias``."""
+    import torch
+    from transformers import BertForMaskedLM
+
+    path = Path(path)
+    _seeded(seed)
+    tokenizer = save_tokenizer(path)
+    model = BertForMaskedLM(_encoder_config("bert", len(tokenizer), tokenizer.pad_token_id))
+    with torch.no_grad():
+        # A trained SPLADE keeps a few hundred vocabulary ids above zero per text; a random head with this bias
+        # keeps a few hundred too (about one logit in a thousand per token), not half the vocabulary.
+        model.cls.predictions.bias.fill_(-0.5)
+    model.save_pretrained(str(path))
+    if sentence_transformers:
+        _write_json(
+            path / "modules.json",
+            [
+                {
+                    "idx": 0,
+                    "name": "0",
+                    "path": "",
+                    "type": "sentence_transformers.sparse_encoder.models.MLMTransformer",
+                },
+                {
+                    "idx": 1,
+                    "name": "1",
+                    "path": "1_SpladePooling",
+                    "type": "sentence_transformers.sparse_encoder.models.SpladePooling",
+                },
+            ],
+        )
+        _write_json(
+            path / "1_SpladePooling" / "config.json",
+            {"pooling_strategy": "max", "activation_function": "relu", "word_embedding_dimension": len(tokenizer)},
+        )
+        _write_json(path / "sentence_bert_config.json", {"max_seq_length": MAX_POSITIONS, "do_lower_case": False})
+        _write_json(
+            path / "config_sentence_transformers.json",
+            {"model_type": "SparseEncoder", "prompts": {"query": "", "document": ""}, "similarity_fn_name": "dot"},
+        )
+    return path
+
+
 BUILDERS: dict[str, Callable[[Path], Path]] = {
     "bert-cls": lambda p: build_bi_encoder(p, kind="bert", pooling="cls"),
     "roberta-mean": lambda p: build_bi_encoder(p, kind="roberta", pooling="mean"),
@@ -524,6 +571,7 @@ BUILDERS: dict[str, Callable[[Path], Path]] = {
     "nomic": build_nomic,
     "embeddinggemma": build_embeddinggemma,
     "colbert": build_colbert,
+    "splade": build_splade,
 }
 
 

@@ -12,7 +12,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
-from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+from transformers import (
+    AutoModel,
+    AutoModelForCausalLM,
+    AutoModelForMaskedLM,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+)
 
 QWEN3_RERANKER_PREFIX = (
     "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct "
@@ -23,7 +29,12 @@ QWEN3_RERANKER_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\
 
 @cache
 def _load(kind: str, path: str):
-    loader = {"base": AutoModel, "causal": AutoModelForCausalLM, "seq-cls": AutoModelForSequenceClassification}[kind]
+    loader = {
+        "base": AutoModel,
+        "causal": AutoModelForCausalLM,
+        "seq-cls": AutoModelForSequenceClassification,
+        "mlm": AutoModelForMaskedLM,
+    }[kind]
     return AutoTokenizer.from_pretrained(path), loader.from_pretrained(path, dtype=torch.float32).eval()
 
 
@@ -121,6 +132,24 @@ def bge_m3(
         sparse.append(lexical)
         multi.append(torch.nn.functional.normalize(colbert_linear(h[1:]), dim=-1).numpy())
     return np.stack(dense), sparse, multi
+
+
+@torch.no_grad()
+def splade(path: str, texts: list[str], *, max_length: int, batch_size: int = 2) -> list[dict[int, float]]:
+    """sentence-transformers' SparseEncoder recipe (MLMTransformer, then SpladePooling with max and relu), batched
+    with padding as it encodes: per vocabulary id the largest log(1 + relu(logit)) over the tokens the attention
+    mask keeps, [CLS] and [SEP] included; the ids above zero as {token_id: weight}."""
+    tokenizer, model = _load("mlm", path)
+    vectors: list[dict[int, float]] = []
+    for start in range(0, len(texts), batch_size):
+        enc = tokenizer(
+            texts[start : start + batch_size], padding=True, truncation=True, max_length=max_length, return_tensors="pt"
+        )
+        values = torch.log1p(torch.relu(model(**enc).logits)) * enc["attention_mask"].unsqueeze(-1)
+        for row in values.max(dim=1).values:
+            ids = torch.nonzero(row > 0).flatten().tolist()
+            vectors.append(dict(zip(ids, row[ids].tolist())))
+    return vectors
 
 
 def colbert_score(query: np.ndarray, document: np.ndarray) -> float:

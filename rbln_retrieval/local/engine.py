@@ -33,6 +33,7 @@ from rbln_retrieval.results.outputs import (
     check_outputs,
     maxsim,
     pooling_tasks,
+    sparse_dot,
 )
 from rbln_retrieval.results.quantize import Precision, quantizer
 from rbln_retrieval.results.ranking import rank
@@ -179,9 +180,9 @@ class PoolingEngine:
         the end and the prompt, "error" raises naming the index. ``output`` (bge-m3): "sparse" gives one
         {token_id: weight} dict per text, "multi_vector" one float32 (tokens, d) array per text; a list of outputs
         gives {output: result} (dense and sparse from one forward; see rbln_retrieval.results.outputs). ColBERT
-        checkpoints give "multi_vector" only. ``precision`` (dense only) quantizes the vectors as
-        sentence-transformers' ``quantize_embeddings`` does; int8/uint8 take ``ranges`` (2, d) or
-        ``calibration_embeddings`` (rbln_retrieval.results.quantize)."""
+        checkpoints give "multi_vector" only, SPLADE checkpoints "sparse" only. ``precision`` (dense only)
+        quantizes the vectors as sentence-transformers' ``quantize_embeddings`` does; int8/uint8 take ``ranges``
+        (2, d) or ``calibration_embeddings`` (rbln_retrieval.results.quantize)."""
         quantize = quantizer(precision, ranges, calibration_embeddings, output=output, dim=dimensions or self.dimension)
         cut = self._truncate(truncate)
         return quantize(
@@ -199,7 +200,8 @@ class PoolingEngine:
     ) -> list[float]:
         """Relevance of each document to ``query``: P(relevant) for rerankers, cosine for bi-encoders; with
         ``output="multi_vector"`` (bge-m3) late interaction, MaxSim over the multi-vectors. ColBERT checkpoints
-        score by MaxSim whatever ``output`` says (token vectors are all they give)."""
+        score by MaxSim whatever ``output`` says (token vectors are all they give), SPLADE checkpoints by the dot
+        product of sparse vectors."""
         return self._loop.run(self._score(query, documents, instruction, self._truncate(truncate), output))
 
     def rerank(
@@ -279,7 +281,7 @@ class PoolingEngine:
         output: Any,
         what: str = "texts",
     ) -> Any:
-        if isinstance(output, str) and output == "dense" and not self.family.late_interaction_only:
+        if isinstance(output, str) and output == "dense" and self.family.gives_dense:
             return await self._embed(texts, kind, instruction, dimensions, normalize, show_progress, truncate, what)
         prefix = embed_prefix(self.family, self.model, kind, instruction)
         outputs = check_outputs(output, family=self.family.name, model=self.model)
@@ -289,7 +291,7 @@ class PoolingEngine:
 
         tasks = {
             task: PoolingParams(task=task, use_activation=activation(task, normalize))
-            for task in pooling_tasks(outputs)
+            for task in pooling_tasks(outputs, self.family.name)
         }
         special = SpecialTokens.of(self.tokenizer.hf, self.model)
         raw: dict[str, list[np.ndarray]] = {task: [] for task in tasks}
@@ -302,7 +304,9 @@ class PoolingEngine:
                 for task, task_rows in zip(tasks, rows):
                     raw[task].extend(task_rows)
                 bar.update(len(chunk))
-        parts = assemble(outputs, raw, ids, hidden_size=self.dimension, normalize=normalize, special=special)
+        parts = assemble(
+            outputs, raw, ids, hidden_size=self.dimension, normalize=normalize, special=special, family=self.family.name
+        )
         return parts[output] if isinstance(output, str) else parts
 
     async def _embed(
@@ -352,6 +356,14 @@ class PoolingEngine:
                 return []
             (q,) = await self._embed_any([query], "query", instruction, None, True, False, truncate, "multi_vector")
             return [maxsim(q, d, family=self.family.name) for d in docs]
+        if self.family.name == "splade":  # sparse vectors score by their dot product
+            docs = await self._embed_any(
+                documents, "document", None, None, True, False, truncate, "sparse", "documents"
+            )
+            if not docs:
+                return []
+            (q,) = await self._embed_any([query], "query", instruction, None, True, False, truncate, "sparse")
+            return [sparse_dot(q, d) for d in docs]
         if method == "cosine":
             docs = await self._embed(documents, "document", None, None, True, False, truncate, what="documents")
             if len(docs) == 0:

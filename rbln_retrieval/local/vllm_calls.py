@@ -60,6 +60,10 @@ async def start_vllm(
     from rbln_retrieval.local.inproc import InprocEngine
 
     kwargs = vllm_engine_kwargs(model, family, options, device=device, model_key=str(source))
+    if family.name == "splade":  # engine processes are forked: they inherit the registration
+        from rbln_retrieval.backend import splade
+
+        splade.register()
     # vLLM's CPU platform allows the uni executor only with multiprocessing off; the thread variables reach only a
     # worker process vLLM spawns.
     env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if in_process else (cpu_threads_env() if device == "cpu" else {})

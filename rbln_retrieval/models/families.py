@@ -4,7 +4,7 @@ The one table of retrieval presets. Everything is read from the directory (``con
 sentence-transformers files ``modules.json``, ``1_Pooling/config.json``, ``config_sentence_transformers.json``,
 ``sentence_bert_config.json``); the model's own prompts and pooling win over our defaults.
 
-Imports: errors, models (files, family_prompts).
+Imports: errors, models (files, family_prompts, splade).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from rbln_retrieval.models.files import (
     sentence_transformers_modules,
     st_pooling,
 )
+from rbln_retrieval.models.splade import SPLADE_ARCHS, SPLADE_OVERRIDES, check_splade, is_masked_lm
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +39,7 @@ FamilyName = Literal[
     "nomic",
     "embeddinggemma",
     "colbert",
+    "splade",
 ]
 
 # vLLM turns the causal LM's vocabulary head into one row, logit(yes) - logit(no); sigmoid of it is P(yes).
@@ -109,6 +111,11 @@ class ModelFamily:
     @property
     def pooling_task(self) -> Literal["embed", "classify"]:
         return "classify" if self.is_cross_encoder else "embed"
+
+    @property
+    def gives_dense(self) -> bool:
+        """Whether it has a pooled dense vector: ColBERT gives token vectors only, SPLADE one sparse vector."""
+        return self.name not in ("colbert", "splade")
 
     @property
     def late_interaction_only(self) -> bool:
@@ -207,6 +214,17 @@ def detect_family(model_dir: str | Path, *, max_length: int | None = None, famil
             uses_token_type_ids=config.get("type_vocab_size", 0) > 1,
             **{**common, "hidden_size": colbert_dim(model_dir, config)},
         )
+    if name == "splade":
+        check_splade(model_dir, arch, modules)
+        return ModelFamily(
+            name="splade",
+            normalize=False,
+            query_prompt=prompts.get("query", ""),
+            document_prompt=document_prompt,
+            uses_token_type_ids=config.get("type_vocab_size", 0) > 1,
+            # The sparse vector spans the vocabulary.
+            **{**common, "hidden_size": int(config.get("vocab_size", 0)), "hf_overrides": SPLADE_OVERRIDES},
+        )
     if name == "bge-m3":
         if missing := [head for head in BGE_M3_HEADS if not (model_dir / head).is_file()]:
             raise ModelNotSupportedError(f"{model_dir} is not a bge-m3 checkpoint: it lacks {', '.join(missing)}.")
@@ -288,6 +306,8 @@ def _family_name(arch: str, pooling: Pooling | None, model_dir: Path) -> FamilyN
         )
     if arch in _CROSS_ENCODER_ARCHS:
         return "cross-encoder"
+    if is_masked_lm(arch):  # what a retrieval engine computes from a masked-LM head; check_splade refuses the rest
+        return "splade"
     if arch in _QWEN3_ARCHS:
         # A Qwen3 checkpoint with a sentence-transformers pooling module is Qwen3-Embedding; the original
         # Qwen3-Reranker is a bare causal LM whose yes/no logits are the score.
@@ -305,6 +325,7 @@ def _family_name(arch: str, pooling: Pooling | None, model_dir: Path) -> FamilyN
         | set(_REMOTE_CODE_ARCHS)
         | _EMBEDDINGGEMMA_ARCHS
         | _COLBERT_ARCHS
+        | SPLADE_ARCHS
     )
     raise ModelNotSupportedError(
         f"{model_dir} has architecture {arch or 'none'!r}, which rbln-retrieval does not support "

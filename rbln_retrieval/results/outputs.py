@@ -9,6 +9,11 @@ forward. vLLM serves one task per request, so dense + sparse cost one forward an
 A ColBERT checkpoint (family "colbert", vLLM's ColBERTModel) has multi-vectors only: "token_embed" gives its
 projection of every token, [CLS] and [SEP] included, normalized.
 
+A SPLADE checkpoint (family "splade", rbln_retrieval.backend.splade) has sparse vectors only: its "embed" task gives
+one vocabulary-sized row, per id the largest log(1 + relu(MLM logit)) over the text's tokens ([CLS] and [SEP]
+included, as sentence-transformers' SpladePooling); the ids above zero, special tokens included, are its
+{token_id: weight}, the type bge-m3's sparse output has.
+
 Imports nothing of this package; numpy.
 """
 
@@ -25,7 +30,7 @@ import numpy as np
 Output = Literal["dense", "sparse", "multi_vector"]
 OUTPUTS: tuple[Output, ...] = ("dense", "sparse", "multi_vector")
 # Which outputs a family's checkpoints can give; every embedding family gives dense vectors.
-FAMILY_OUTPUTS: dict[str, tuple[Output, ...]] = {"bge-m3": OUTPUTS, "colbert": ("multi_vector",)}
+FAMILY_OUTPUTS: dict[str, tuple[Output, ...]] = {"bge-m3": OUTPUTS, "colbert": ("multi_vector",), "splade": ("sparse",)}
 _MISSING_HEAD = {
     "dense": "pooled vector (it gives one vector per token)",
     "sparse": "sparse (lexical weight) head",
@@ -46,10 +51,16 @@ def check_outputs(output: Any, *, family: str, model: str) -> tuple[Output, ...]
                 f"{model} is a ColBERT model with no {_MISSING_HEAD[name]}, so it cannot give output={name!r}; "
                 "ask for output='multi_vector', or score and rerank with it (late interaction)."
             )
+        if name not in FAMILY_OUTPUTS.get(family, ("dense",)) and family == "splade":
+            raise ValueError(
+                f"{model} is a SPLADE model: it gives one sparse vector per text and no other output, so it cannot "
+                f"give output={name!r}; ask for output='sparse'."
+            )
         if name not in FAMILY_OUTPUTS.get(family, ("dense",)):
             raise ValueError(
                 f"{model} has no {_MISSING_HEAD[name]} (family {family}), so it cannot give output={name!r}; "
-                "bge-m3 checkpoints (sparse_linear.pt and colbert_linear.pt beside the weights) can."
+                "bge-m3 checkpoints (sparse_linear.pt and colbert_linear.pt beside the weights) can, and SPLADE "
+                "checkpoints give sparse vectors."
             )
     if len(set(names)) != len(names):
         raise ValueError(f"output={list(names)!r} names an output twice.")
@@ -61,6 +72,11 @@ def npu_note(family: str, model: str) -> str | None:
     outputs = FAMILY_OUTPUTS.get(family, ("dense",))
     if outputs == ("dense",):
         return None
+    if family == "splade":
+        return (
+            f"{model}: sparse vectors are pooled by vLLM's pooler on the host from the graph's hidden states (the "
+            "masked-LM head and the max over tokens, one request at a time)."
+        )
     if "dense" not in outputs:
         return f"{model}: multi-vector outputs are pooled by vLLM's pooler on the host from the graph's hidden states."
     return (
@@ -85,8 +101,10 @@ def check_remote_outputs(output: Any, *, family: str, model: str) -> tuple[Outpu
 PoolingTask = Literal["embed", "token_classify", "token_embed", "embed&token_classify"]
 
 
-def pooling_tasks(outputs: tuple[Output, ...]) -> list[PoolingTask]:
+def pooling_tasks(outputs: tuple[Output, ...], family: str = "") -> list[PoolingTask]:
     """vLLM pooling tasks that compute ``outputs``, one forward each."""
+    if family == "splade":
+        return ["embed"]  # SPLADE's one output is its pooled (vocabulary-sized) row
     tasks: list[PoolingTask] = []
     if "dense" in outputs and "sparse" in outputs:
         tasks.append("embed&token_classify")
@@ -134,6 +152,19 @@ def lexical_weights(ids: list[int], weights: np.ndarray, special: SpecialTokens)
     return result
 
 
+def vocabulary_weights(row: np.ndarray) -> dict[int, float]:
+    """{token_id: weight} of a vocabulary-sized row, ids in increasing order, zeros left out."""
+    ids = np.flatnonzero(row > 0)
+    return dict(zip(ids.tolist(), row[ids].tolist()))
+
+
+def sparse_dot(a: dict[int, float], b: dict[int, float]) -> float:
+    """Relevance of two sparse vectors: their dot product, as sentence-transformers' SparseEncoder scores."""
+    if len(b) < len(a):
+        a, b = b, a
+    return float(sum(weight * b[token] for token, weight in a.items() if token in b))
+
+
 def maxsim(query: np.ndarray, document: np.ndarray, *, family: str) -> float:
     """Late-interaction relevance: each query vector's best dot product with any document vector, summed over the
     query vectors as ColBERT (and vLLM's ``compute_maxsim_score``) does, averaged as bge-m3's ``colbert_score``."""
@@ -158,11 +189,14 @@ def assemble(
     hidden_size: int,
     normalize: bool,
     special: SpecialTokens,
+    family: str = "",
 ) -> dict[str, Any]:
     """Per output, the results for every text from the raw rows of each pooling task (requested without vLLM's
     activation where one task carries two outputs; see ``activation``)."""
     result: dict[str, Any] = {}
-    if "embed&token_classify" in raw:
+    if family == "splade":
+        result["sparse"] = [vocabulary_weights(row) for row in raw["embed"]]
+    elif "embed&token_classify" in raw:
         rows = raw["embed&token_classify"]
         dense = np.stack([row[:hidden_size] for row in rows]) if rows else np.zeros((0, hidden_size), np.float32)
         result["dense"] = normalized(dense) if normalize else dense.astype(np.float32, copy=False)

@@ -26,6 +26,12 @@ def _outputs(engine):
     family = engine.family
     if family.is_cross_encoder:
         return {"scores": np.array(engine.score(QUERY, TEXTS))}
+    if family.name == "splade":  # one vocabulary-sized row per text from vLLM's pooler, scored by dot product
+        return {
+            "sparse": engine.embed(TEXTS, output="sparse"),
+            "query_sparse": engine.embed([QUERY, TEXTS[3]], kind="query", output="sparse"),
+            "scores": np.array(engine.score(QUERY, TEXTS[:9])),
+        }
     if family.late_interaction_only:  # ColBERT: token vectors pooled by vLLM's pooler, scores by MaxSim
         return {
             "multi_vector": engine.embed(TEXTS, output="multi_vector"),
@@ -73,6 +79,11 @@ def _reference(path, family):
         queries = reference.colbert(str(path), [QUERY, TEXTS[3]], max_length=length)
         scores = np.array([reference.colbert_maxsim(queries[0], d) for d in documents[:9]])
         return {"multi_vector": documents, "query_multi_vector": queries, "scores": scores}
+    if family.name == "splade":
+        documents = reference.splade(str(path), TEXTS, max_length=length)
+        queries = reference.splade(str(path), [QUERY, TEXTS[3]], max_length=length)
+        scores = np.array([sum(w * d.get(t, 0.0) for t, w in queries[0].items()) for d in documents[:9]])
+        return {"sparse": documents, "query_sparse": queries, "scores": scores}
     if family.name == "embeddinggemma":
         embed = functools.partial(reference.embeddinggemma, str(path), max_length=length)
     else:
@@ -99,9 +110,9 @@ def test_bundled_equals_stock_equals_reference(pair):
     assert stats["runner"] == "bundled" and stats["steps"] > 0
     assert stats["useful_tokens"] < stats["computed_tokens"] <= stats["steps"] * stats["buckets"][-1]
     family = bundled.family.name
-    # ColBERT has token-level output only: no sequence pooler to move into the graph.
-    in_graph = {"cross-encoder": ["classify"], "qwen3-reranker": ["classify"], "colbert": []}.get(family, ["embed"])
-    assert stats["pooling_in_graph"] == in_graph
+    # ColBERT has token-level output only: no sequence pooler to move into the graph; SPLADE's pooler is vLLM's own.
+    in_graph = {"cross-encoder": ["classify"], "qwen3-reranker": ["classify"], "colbert": [], "splade": []}
+    assert stats["pooling_in_graph"] == in_graph.get(family, ["embed"])
     # Host kernels write BERT and ModernBERT blocks' activations and residual adds in place; Qwen3, Gemma3 and the
     # rope encoders (vLLM's bert_with_rope) have none.
     assert (stats["in_place_blocks"] > 0) == (
@@ -126,7 +137,7 @@ def test_rbln_target_hands_the_compiler_aten_graphs_with_weights_as_module_state
     at_start = [r.getMessage() for r in caplog.get_records("setup") + caplog.get_records("call")]
     ours, theirs = _outputs(engine), _outputs(stock)
     notes = [m for m in at_start if "pooled by vLLM's pooler on the host" in m]
-    assert len(notes) == (engine.family.name in ("bge-m3", "colbert")), notes
+    assert len(notes) == (engine.family.name in ("bge-m3", "colbert", "splade")), notes
     for key in theirs:
         assert _max_difference(ours[key], theirs[key]) <= TOLERANCE, f"{key}: rbln target vs stock"
     stats = engine.stats()
