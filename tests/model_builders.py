@@ -520,7 +520,15 @@ def build_splade(path: str | Path, *, seed: int = 0, sentence_transformers: bool
     path = Path(path)
     _seeded(seed)
     tokenizer = save_tokenizer(path)
-    model = BertForMaskedLM(_encoder_config("bert", len(tokenizer), tokenizer.pad_token_id))
+    # Naming [CLS] and [SEP] makes vLLM's own SPLADE pooler drop them; the recipe keeps them (backend/splade.py).
+    config = _encoder_config(
+        "bert",
+        len(tokenizer),
+        tokenizer.pad_token_id,
+        cls_token_id=tokenizer.cls_token_id,
+        sep_token_id=tokenizer.sep_token_id,
+    )
+    model = BertForMaskedLM(config)
     with torch.no_grad():
         # A trained SPLADE keeps a few hundred vocabulary ids above zero per text; a random head with this bias
         # keeps a few hundred too (about one logit in a thousand per token), not half the vocabulary.

@@ -8,6 +8,7 @@ import pytest
 import reference
 from corpus import mixed_length
 from http_fakes import FakeServer
+from tolerances import assert_sparse_close
 
 from rbln_retrieval import PoolingEngine
 from rbln_retrieval.remote import RemoteEngine
@@ -32,13 +33,7 @@ def expected(tiny_models):
 
 
 def _assert_sparse_close(ours: list[dict[int, float]], theirs: list[dict[int, float]]) -> None:
-    assert len(ours) == len(theirs)
-    for index, (a, b) in enumerate(zip(ours, theirs)):
-        # A weight within rounding of zero may fall on either side of relu; every other token must agree.
-        solid = {t for t, w in b.items() if w > TOLERANCE}
-        assert solid <= set(a), f"texts[{index}] lacks tokens {solid - set(a)}"
-        assert set(a) <= set(b) | {t for t, w in a.items() if w <= TOLERANCE}, f"texts[{index}] has extra tokens"
-        assert max((abs(a.get(t, 0.0) - b.get(t, 0.0)) for t in set(a) | set(b)), default=0.0) <= TOLERANCE
+    assert_sparse_close(ours, theirs, TOLERANCE)
 
 
 def test_family_is_detected_from_the_heads_beside_the_weights(bge_m3):

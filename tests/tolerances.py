@@ -83,3 +83,14 @@ def assert_matches_local(got: np.ndarray, local_fp32: np.ndarray, dtype: str, at
     else:
         assert dtype == "bfloat16", dtype
         assert_bf16_close_to_float32(got, local_fp32)
+
+
+def assert_sparse_close(ours: list[dict[int, float]], theirs: list[dict[int, float]], tolerance: float) -> None:
+    """Sparse {token_id: weight} vectors equal within ``tolerance``: a weight within rounding of zero may fall on
+    either side of relu (present on one side only); every other token must be on both sides."""
+    assert len(ours) == len(theirs)
+    for index, (a, b) in enumerate(zip(ours, theirs)):
+        solid = {t for t, w in b.items() if w > tolerance}
+        assert solid <= set(a), f"texts[{index}] lacks tokens {solid - set(a)}"
+        assert set(a) <= set(b) | {t for t, w in a.items() if w <= tolerance}, f"texts[{index}] has extra tokens"
+        assert max((abs(a.get(t, 0.0) - b.get(t, 0.0)) for t in set(a) | set(b)), default=0.0) <= tolerance

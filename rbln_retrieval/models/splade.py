@@ -38,8 +38,8 @@ def check_splade(model_dir: Path, arch: str, modules: list[dict[str, Any]]) -> N
     sentence-transformers files say."""
     if arch not in SPLADE_ARCHS:
         raise ModelNotSupportedError(
-            f"{model_dir} is a {arch or 'no-architecture'} masked-LM checkpoint; rbln-retrieval runs SPLADE on "
-            "BERT masked-LM checkpoints (BertForMaskedLM) only, the architecture vLLM's SPLADE model takes."
+            f"{model_dir} has architecture {arch or 'none'!r}; rbln-retrieval runs SPLADE on BERT masked-LM "
+            "checkpoints (BertForMaskedLM) only, the architecture vLLM's SPLADE model takes."
         )
     if not modules:
         return  # the bare transformers layout: the recipe's defaults (max pooling, relu)

@@ -294,7 +294,7 @@ class RemoteEngine:
         what: str = "texts",
     ) -> Any:
         family = await self._remote.described()  # never the sync property here: it would wait on this very loop
-        if not (isinstance(output, str) and output == "dense") or family.late_interaction_only:
+        if not (isinstance(output, str) and output == "dense") or not family.gives_dense:
             outputs = check_remote_outputs(output, family=family.name, model=self.model)
             return {outputs[0]: await self._embed(texts, kind, instruction, dimensions, normalize, truncate, what=what)}
         prefix = embed_prefix(family, self.model, kind, instruction)
@@ -334,8 +334,8 @@ class RemoteEngine:
     ) -> list[float]:
         query = check_query(query)
         family = await self._remote.described()
-        if output != "dense" or family.late_interaction_only:  # late interaction needs multi-vectors, not served
-            late = "multi_vector" if output == "dense" else output
+        if output != "dense" or not family.gives_dense:  # multi-vectors (late interaction) and sparse: not served
+            late = output if output != "dense" else "sparse" if family.name == "splade" else "multi_vector"
             check_remote_outputs(late, family=family.name, model=self.model)
         docs = [d for _, chunk in chunks(documents, "documents") for d in chunk]
         if not docs:
