@@ -33,6 +33,7 @@ MODELS: dict[str, str | None] = {
     "Qwen/Qwen3-Embedding-0.6B": "qwen3-embedding",
     "Qwen/Qwen3-Reranker-0.6B": "qwen3-reranker",
     "colbert-ir/colbertv2.0": "colbert",
+    "naver/splade-v3": "splade",
 }
 
 FENCE_OPEN = re.compile(r"^```python\s*$")

@@ -1,5 +1,6 @@
 """Hybrid retrieval in Qdrant's local mode: RBLNEmbeddings (dense) and RBLNSparseEmbeddings (bge-m3's lexical
-weights) from one tiny random-weight bge-m3 engine, fused by QdrantVectorStore with reciprocal rank fusion.
+weights) from one tiny random-weight bge-m3 engine, or a tiny SPLADE's sparse vectors beside a tiny BERT
+bi-encoder's dense ones, fused by QdrantVectorStore with reciprocal rank fusion.
 
 The weights are random, so relevance is not what is checked: every ranking Qdrant returns must equal the one
 computed here from the engine's own vectors (dense cosine, sparse dot product, RRF with Qdrant's constant)."""
@@ -32,6 +33,17 @@ def bge_m3(tiny_model):
         yield dense, sparse
 
 
+@pytest.fixture(scope="module", params=["bge-m3", "splade"])
+def hybrid(request, tiny_model):
+    """(dense, sparse) embeddings: bge-m3's two outputs, or SPLADE's sparse vectors beside a bi-encoder's."""
+    if request.param == "bge-m3":
+        yield request.getfixturevalue("bge_m3")
+        return
+    dense_model, sparse_model = tiny_model("bert-cls"), tiny_model("splade")
+    with RBLNEmbeddings(model=dense_model, **CPU) as dense, RBLNSparseEmbeddings(model=sparse_model, **CPU) as sparse:
+        yield dense, sparse
+
+
 def _sparse_dict(vector: SparseVector) -> dict[int, float]:
     return dict(zip(vector.indices, vector.values))
 
@@ -44,17 +56,18 @@ def _top(scores: list[float], k: int) -> list[int]:
     return sorted(range(len(scores)), key=lambda i: -scores[i])[:k]
 
 
-def test_sparse_vectors_are_the_engines_lexical_weights(bge_m3):
-    dense, sparse = bge_m3
-    assert dense.engine.engine is sparse.engine.engine, "dense and sparse of one model share one engine"
+def test_sparse_vectors_are_the_engines_lexical_weights(hybrid):
+    dense, sparse = hybrid
+    if dense.model == sparse.model:
+        assert dense.engine.engine is sparse.engine.engine, "dense and sparse of one model share one engine"
     vectors = sparse.embed_documents(TEXTS[:6])
     assert [_sparse_dict(v) for v in vectors] == sparse.engine.embed(TEXTS[:6], output="sparse")
     assert all(v.indices == sorted(v.indices) and v.indices for v in vectors)
     assert _sparse_dict(sparse.embed_query(TEXTS[0])) == _sparse_dict(vectors[0])
 
 
-async def test_async_sparse_equals_sync(bge_m3):
-    _, sparse = bge_m3
+async def test_async_sparse_equals_sync(hybrid):
+    _, sparse = hybrid
     assert await sparse.aembed_documents(TEXTS[:4]) == sparse.embed_documents(TEXTS[:4])
     assert await sparse.aembed_query(TEXTS[1]) == sparse.embed_query(TEXTS[1])
 
@@ -64,9 +77,18 @@ def test_a_model_without_a_sparse_head_is_refused_in_one_sentence(minilm):
         RBLNSparseEmbeddings(model=minilm, **CPU)
 
 
+def test_a_splade_model_asked_for_dense_vectors_says_so(hybrid):
+    _, sparse = hybrid
+    with RBLNEmbeddings(model=sparse.model, **CPU) as dense:
+        if dense.engine.family.gives_dense:
+            return  # bge-m3 gives both
+        with pytest.raises(ValueError, match=r"is a SPLADE model: .* cannot give output='dense'; ask for output"):
+            dense.embed_documents(["a"])
+
+
 @pytest.mark.parametrize("mode", [RetrievalMode.SPARSE, RetrievalMode.HYBRID])
-def test_qdrant_local_mode_ranks_as_the_engine_vectors_say(bge_m3, mode, tmp_path):
-    dense, sparse = bge_m3
+def test_qdrant_local_mode_ranks_as_the_engine_vectors_say(hybrid, mode, tmp_path):
+    dense, sparse = hybrid
     store = QdrantVectorStore.from_texts(
         TEXTS,
         dense,

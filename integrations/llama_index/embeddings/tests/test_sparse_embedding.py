@@ -1,4 +1,4 @@
-"""RBLNSparseEmbedding (LlamaIndex's BaseSparseEmbedding) on a tiny random-weight bge-m3, and its vectors in
+"""RBLNSparseEmbedding (LlamaIndex's BaseSparseEmbedding) on a tiny random-weight bge-m3 and SPLADE, and its vectors in
 Qdrant's local mode: Qdrant's sparse ranking must be the engine's own dot products."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ TEXTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def sparse(tiny_model, cpu):
-    with RBLNSparseEmbedding(model_name=tiny_model("bge-m3"), **cpu) as embedding:
+@pytest.fixture(scope="module", params=["bge-m3", "splade"])
+def sparse(request, tiny_model, cpu):
+    with RBLNSparseEmbedding(model_name=tiny_model(request.param), **cpu) as embedding:
         yield embedding
 
 
@@ -42,9 +42,12 @@ async def test_async_equals_sync(sparse):
     assert await sparse.aget_query_embedding(TEXTS[0]) == sparse.get_query_embedding(TEXTS[0])
 
 
-def test_shares_the_engine_with_the_dense_embedding(sparse, tiny_model, cpu):
-    with RBLNEmbedding(model_name=tiny_model("bge-m3"), **cpu) as dense:
+def test_shares_the_engine_with_the_dense_embedding(sparse, cpu):
+    with RBLNEmbedding(model_name=sparse.model_name, **cpu) as dense:
         assert dense._engine.engine is sparse._engine.engine
+        if not dense._engine.family.gives_dense:  # SPLADE: sparse vectors only, refused in one sentence
+            with pytest.raises(ValueError, match=r"is a SPLADE model: .* cannot give output='dense'; ask for"):
+                dense.get_text_embedding("a")
 
 
 def test_a_model_without_a_sparse_head_is_refused_in_one_sentence(minilm, cpu):
