@@ -37,6 +37,7 @@ from rbln_retrieval.text.tokens import PromptTokenizer
 WINDOW_BATCH = CHUNK_SIZE
 
 Span = tuple[int, int]
+PROBE = "a"
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,8 @@ class Windows:
             )
         self.lengths = lengths
         self.overlap = overlap
-        self.overhead = lengths([""])[0]
+        # What surrounds one token of text (an empty text would drop a pair's second segment and its separator).
+        self.overhead = lengths([PROBE])[0] - len(self.hf(PROBE, add_special_tokens=False)["input_ids"])
         self.budget = self.max_length - self.overhead
         if self.budget < 1:
             raise ValueError(
