@@ -105,7 +105,7 @@ def test_a_query_prompt_is_in_every_window(minilm_engine):
     prefix = "Represent this report for retrieval: "
     got = minilm_engine.embed(LONG[:1], kind="query", instruction=prefix, truncate=Chunk(output="all"))[0]
     budget = 256 - len(minilm_engine.tokenizer.hf(prefix)["input_ids"])
-    spans, counts = windows_by_hand(minilm_engine.tokenizer.hf, LONG[0], budget, 0)
+    spans, _ = windows_by_hand(minilm_engine.tokenizer.hf, LONG[0], budget, 0)
     assert got.spans == spans
     by_hand = minilm_engine.embed([prefix + LONG[0][a:b] for a, b in spans], truncate="error")
     np.testing.assert_allclose(got.vectors, by_hand, atol=1e-6)
@@ -219,3 +219,43 @@ async def test_windows_stream_through_in_bounded_batches(minilm_engine, monkeypa
     assert got.shape == (12, 3)
     assert max(n for n, _ in batches) <= 5
     assert batches[0][1] == 4, "the first windows were embedded before the fifth text was read"
+
+
+# -- remote: the client cuts the windows with the model's tokenizer, the server embeds and scores them --------------
+@pytest.fixture(scope="module")
+def minilm_server(minilm, tmp_path_factory):
+    server = Server(minilm, tmp_path_factory.mktemp("chunking-server") / "minilm.log")
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()
+
+
+def test_remote_chunking_equals_local(minilm_engine, minilm_server, minilm):
+    texts = [SHORT[0], LONG[0], LONG[2], SHORT[1]]
+    query = "How much did the glaciers change?"
+    with RemoteEngine(str(minilm), base_url=minilm_server.url) as remote:
+        for truncate in ("chunk", Chunk(overlap=32)):
+            np.testing.assert_allclose(
+                remote.embed(texts, truncate=truncate), minilm_engine.embed(texts, truncate=truncate), atol=1e-5
+            )
+            local = minilm_engine.score(query, texts, truncate=truncate)
+            assert remote.score(query, texts, truncate=truncate) == pytest.approx(local, abs=1e-5)
+        parts = remote.embed(texts, truncate=Chunk(output="all"))
+        for got, want in zip(parts, minilm_engine.embed(texts, truncate=Chunk(output="all"))):
+            assert got.spans == want.spans and got.tokens == want.tokens
+            np.testing.assert_allclose(got.vectors, want.vectors, atol=1e-5)
+        quantized = remote.embed(texts, truncate="chunk", precision="ubinary")
+        np.testing.assert_array_equal(quantized, minilm_engine.embed(texts, truncate="chunk", precision="ubinary"))
+
+
+def test_remote_chunking_without_the_tokenizer_on_this_machine_is_one_sentence(minilm_server):
+    # The server's only model answers whatever the client names it; its files are not on this machine.
+    with RemoteEngine("example-org/not-on-this-machine", base_url=minilm_server.url) as remote:
+        assert remote.embed(SHORT[:1]).shape == (1, 384)
+        with pytest.raises(
+            ValueError, match="truncate='chunk' cuts windows with example-org/not-on-this-machine's"
+        ) as info:
+            remote.embed(LONG, truncate="chunk")
+        assert "\n" not in str(info.value)
