@@ -3,7 +3,7 @@
 The public API: the names below, re-exported from the rooms that define them (each room's __init__ says what it is
 and what it may import).
 
-May import: errors, models, results, engines, local, frameworks
+May import: errors, models, results, text, engines, local, frameworks
 Engine libraries: none
 """
 
@@ -32,8 +32,12 @@ from rbln_retrieval.models.families import ModelFamily, detect_family
 from rbln_retrieval.models.source import ModelSource, resolve_model
 from rbln_retrieval.results.quantize import quantization_ranges, quantize_embeddings
 from rbln_retrieval.results.ranking import rank
+from rbln_retrieval.text.chunks import ChunkedEmbedding
+from rbln_retrieval.text.inputs import Chunk
 
 __all__ = [
+    "Chunk",
+    "ChunkedEmbedding",
     "DeviceUnavailableError",
     "EngineDeadError",
     "EngineHolder",

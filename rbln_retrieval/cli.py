@@ -159,7 +159,13 @@ def _model_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--max-length", type=int, help="tokens per input (default: the model's limit)")
     parser.add_argument(
-        "--truncate", choices=("end", "start", "error"), default="end", help="what happens to inputs over the limit"
+        "--truncate",
+        choices=("end", "start", "error", "chunk"),
+        default="end",
+        help="what happens to inputs over the limit (chunk: windows, combined; see docs/long-documents.md)",
+    )
+    parser.add_argument(
+        "--chunk-overlap", type=int, help="tokens each window shares with the previous (--truncate chunk)"
     )
     parser.add_argument(
         "--trust-remote-code",
@@ -195,7 +201,17 @@ def _engine(args: argparse.Namespace) -> Any:
     from rbln_retrieval import PoolingEngine
 
     # truncate is the embed and rerank commands' own policy; a server truncates as each request asks.
-    return PoolingEngine(args.model, truncate=args.truncate, **_engine_options(args))
+    return PoolingEngine(args.model, truncate=_truncate(args), **_engine_options(args))
+
+
+def _truncate(args: argparse.Namespace) -> Any:
+    from rbln_retrieval import Chunk
+
+    if args.chunk_overlap is None:
+        return args.truncate
+    if args.truncate != "chunk":
+        raise ValueError(f"--chunk-overlap applies to --truncate chunk, not --truncate {args.truncate}.")
+    return Chunk(overlap=args.chunk_overlap)
 
 
 # -- input -----------------------------------------------------------------------------------------------------

@@ -181,9 +181,21 @@ def test_rerank_prints_ranked_lines_with_scores(minilm, minilm_engine):
     np.testing.assert_allclose([float(score) for score, _ in printed], [s for _, s in expected], atol=1e-4)
 
 
+def test_embed_with_chunked_long_texts_equals_engine_embed(minilm, minilm_engine):
+    from rbln_retrieval import Chunk
+
+    texts = [TEXTS[0], " ".join(TEXTS * 12)]  # the second over MiniLM's 256 tokens
+    args = ("embed", str(minilm), "-", "--no-progress", "--device", "cpu", "--dtype", "float32")
+    result = cli(*args, "--truncate", "chunk", "--chunk-overlap", "16", stdin="\n".join(texts) + "\n")
+    assert result.returncode == 0, result.stderr
+    vectors = np.array([json.loads(line)["embedding"] for line in result.stdout.splitlines()])
+    np.testing.assert_allclose(vectors, minilm_engine.embed(texts, truncate=Chunk(overlap=16)), atol=1e-5)
+
+
 @pytest.mark.parametrize(
     ("args", "stdin", "expected"),
     [
+        (["embed", "MINILM", "--chunk-overlap", "8", "-"], "t\n", "--chunk-overlap applies to --truncate chunk, not"),
         (["embed", "MINILM", "missing.txt"], None, "missing.txt"),
         (["embed", "/no/such/model", "-"], "text\n", "/no/such/model"),
         (["embed", "no-such-org/no-such-model", "-"], "text\n", "no-such-org/no-such-model is not in the Hugging Face"),

@@ -246,3 +246,16 @@ def test_imports_and_remote_clients_load_no_torch_transformers_or_vllm():
     loaded, seconds = out.rsplit(" ", 1)
     print(f"import of both integrations and two remote clients: {seconds} s")
     assert loaded == "[]", f"imported {loaded}"
+
+
+def test_framework_objects_take_truncate_chunk(minilm, minilm_engine):
+    from rbln_retrieval import Chunk
+
+    long = " ".join(f"w{i}" for i in range(600))  # over MiniLM's 256 tokens: several windows
+    want = minilm_engine.embed(["short", long], truncate=Chunk(overlap=8))
+    embeddings = RBLNEmbeddings(model=minilm, truncate=Chunk(overlap=8), **CPU)
+    np.testing.assert_allclose(embeddings.embed_documents(["short", long]), want, atol=1e-5)
+    embedding = RBLNEmbedding(model_name=minilm, truncate={"overlap": 8}, **CPU)
+    np.testing.assert_allclose(embedding.get_text_embedding(long), want[1], atol=1e-5)
+    with pytest.raises(ValidationError, match=r"Chunk\(output='all'\) gives every window's vector"):
+        RBLNEmbeddings(model=minilm, truncate=Chunk(output="all"), **CPU)

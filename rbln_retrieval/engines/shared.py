@@ -26,7 +26,7 @@ from typing import Any
 from rbln_retrieval.engines.options import EngineOptions
 from rbln_retrieval.engines.protocol import RetrievalEngine
 from rbln_retrieval.models.source import ModelSource
-from rbln_retrieval.text.inputs import check_truncate
+from rbln_retrieval.text.inputs import Truncate, check_truncate
 
 logger = logging.getLogger(__name__)
 
@@ -148,7 +148,9 @@ class EngineHandle:
     and the holder's per-call defaults. ``close()`` releases this claim only; other attributes (``family``,
     ``dimension``, ``stats()``...) are the engine's."""
 
-    def __init__(self, spec: EngineSpec, *, truncate: str = "end", timeout: float | None = None, attach: bool = True):
+    def __init__(
+        self, spec: EngineSpec, *, truncate: Truncate = "end", timeout: float | None = None, attach: bool = True
+    ):
         self.spec = spec
         self.truncate = check_truncate(truncate)
         self.timeout = timeout
@@ -219,5 +221,5 @@ class EngineHandle:
         return getattr(self.engine, name)
 
 
-def _detached(spec: EngineSpec, truncate: str, timeout: float | None) -> EngineHandle:
+def _detached(spec: EngineSpec, truncate: Truncate, timeout: float | None) -> EngineHandle:
     return EngineHandle(spec, truncate=truncate, timeout=timeout, attach=False)

@@ -12,12 +12,12 @@ from __future__ import annotations
 import os
 from typing import Any, ClassVar, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from rbln_retrieval.engines.shared import EngineHandle
 from rbln_retrieval.frameworks.connect import get_engine
 from rbln_retrieval.models.families import FamilyName
-from rbln_retrieval.text.inputs import Truncate
+from rbln_retrieval.text.inputs import Chunk, Truncate
 
 API_KEY_ENV = "RBLN_API_KEY"
 
@@ -100,8 +100,9 @@ class EngineSettings(EngineHolder, BaseModel):
     """Token limit per input (per query-document pair for rerankers); None uses the model's own limit."""
 
     truncate: Truncate = "end"
-    """What happens to inputs over `max_length`: cut at the end, cut at the start, or raise an error. Applied per
-    call: objects differing only in it share one engine."""
+    """What happens to inputs over `max_length`: cut at the end, cut at the start, raise an error, or `"chunk"` /
+    `Chunk(overlap=...)`: windows of `max_length` combined (embeddings: token-weighted mean; scores: the best
+    window's). Applied per call: objects differing only in it share one engine."""
 
     family: FamilyName | None = None
     """The model family; None reads it from the model directory (or, remote, from the server's description)."""
@@ -123,6 +124,16 @@ class EngineSettings(EngineHolder, BaseModel):
 
     timeout: float | None = Field(default=None, gt=0)
     """Seconds to wait for the server per request (remote mode only)."""
+
+    @field_validator("truncate")
+    @classmethod
+    def _one_result_per_input(cls, value: Truncate) -> Truncate:
+        if isinstance(value, Chunk) and value.output == "all":
+            raise ValueError(
+                "Chunk(output='all') gives every window's vector, and a framework object one result per input; "
+                "use truncate='chunk' or Chunk(overlap=...)."
+            )
+        return value
 
     def _claim(self, model: str) -> EngineHandle:
         """A claim on the shared engine these settings select, started (or joined) at its first use."""

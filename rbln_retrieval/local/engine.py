@@ -10,6 +10,7 @@ import asyncio
 import logging
 import os
 from collections.abc import Callable, Iterable, Sequence, Sized
+from functools import partial
 from typing import Any, Literal, TypeVar
 
 import numpy as np
@@ -37,7 +38,8 @@ from rbln_retrieval.results.outputs import (
 )
 from rbln_retrieval.results.quantize import Precision, quantizer
 from rbln_retrieval.results.ranking import rank
-from rbln_retrieval.text.inputs import Truncate, check_dimensions, check_query, check_truncate, chunks
+from rbln_retrieval.text.chunks import embed_chunked, embed_windows, score_chunked, score_windows
+from rbln_retrieval.text.inputs import Truncate, check_dimensions, check_query, check_truncate, chunking, chunks
 from rbln_retrieval.text.prompts import embed_prefix, qwen3_reranker_pairs, score_method
 from rbln_retrieval.text.tokens import PromptTokenizer, Tokens
 
@@ -184,7 +186,7 @@ class PoolingEngine:
         quantizes the vectors as sentence-transformers' ``quantize_embeddings`` does; int8/uint8 take ``ranges``
         (2, d) or ``calibration_embeddings`` (rbln_retrieval.results.quantize)."""
         quantize = quantizer(precision, ranges, calibration_embeddings, output=output, dim=dimensions or self.dimension)
-        cut = self._truncate(truncate)
+        cut = self._truncate(truncate, precision)
         return quantize(
             self._loop.run(self._embed_any(texts, kind, instruction, dimensions, normalize, show_progress, cut, output))
         )
@@ -234,7 +236,7 @@ class PoolingEngine:
         calibration_embeddings: np.ndarray | None = None,
     ) -> Any:
         quantize = quantizer(precision, ranges, calibration_embeddings, output=output, dim=dimensions or self.dimension)
-        cut = self._truncate(truncate)
+        cut = self._truncate(truncate, precision)
         return quantize(
             await self._loop.arun(
                 self._embed_any(texts, kind, instruction, dimensions, normalize, show_progress, cut, output)
@@ -265,8 +267,8 @@ class PoolingEngine:
         scores = await self.ascore(query, documents, instruction=instruction, truncate=truncate, output=output)
         return rank(scores, top_n)
 
-    def _truncate(self, truncate: str | None) -> Truncate:
-        return self.truncate if truncate is None else check_truncate(truncate)
+    def _truncate(self, truncate: Truncate | None, precision: str = "float32") -> Truncate:
+        return check_truncate(self.truncate if truncate is None else truncate, precision)
 
     # -- implementation (runs on the engine loop) --------------------------------------------------------------
     async def _embed_any(
@@ -281,6 +283,11 @@ class PoolingEngine:
         output: Any,
         what: str = "texts",
     ) -> Any:
+        if chunked := chunking(truncate):  # windows of an over-long text, each embedded as a text that fits
+            windows = embed_windows(self.tokenizer, embed_prefix(self.family, self.model, kind, instruction), chunked)
+            embed = partial(self._embed, kind=kind, instruction=instruction, dimensions=dimensions, normalize=normalize)
+            embed = partial(embed, show_progress=False, truncate="end")
+            return await embed_chunked(windows, texts, chunked, normalize, embed, output=output, what=what)
         if isinstance(output, str) and output == "dense" and self.family.gives_dense:
             return await self._embed(texts, kind, instruction, dimensions, normalize, show_progress, truncate, what)
         prefix = embed_prefix(self.family, self.model, kind, instruction)
@@ -344,6 +351,10 @@ class PoolingEngine:
         self, query: str, documents: Iterable[str], instruction: str | None, truncate: Truncate, output: str = "dense"
     ) -> list[float]:
         query = check_query(query)
+        if chunked := chunking(truncate):  # a document's best window, each window scored as a document that fits
+            windows = score_windows(self.tokenizer, self.model, query, instruction, chunked)
+            score = partial(self._score, query, instruction=instruction, truncate="end")
+            return await score_chunked(windows, documents, chunked, score, output=output)
         method = score_method(self.family, self.model, instruction)
         if output not in ("dense", "multi_vector"):
             raise ValueError(f"score takes output='dense' or 'multi_vector', not {output!r}.")

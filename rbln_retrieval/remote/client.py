@@ -17,6 +17,7 @@ import contextvars
 import dataclasses
 import os
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from functools import partial
 from typing import Any, Literal, TypeVar
 
 import numpy as np
@@ -30,7 +31,8 @@ from rbln_retrieval.remote.served_model import RemoteModel
 from rbln_retrieval.results.outputs import Output, check_remote_outputs
 from rbln_retrieval.results.quantize import Precision, check_precision, quantization_ranges, quantizer, resolve_ranges
 from rbln_retrieval.results.ranking import rank
-from rbln_retrieval.text.inputs import Truncate, check_dimensions, check_query, check_truncate, chunks
+from rbln_retrieval.text.chunks import embed_chunked, embed_windows, score_chunked, score_windows
+from rbln_retrieval.text.inputs import Truncate, check_dimensions, check_query, check_truncate, chunking, chunks
 from rbln_retrieval.text.prompts import embed_prefix, qwen3_reranker_prompts, score_method
 
 __all__ = ["DESCRIBE_PATH", "RemoteAuthError", "RemoteEngine", "RemoteError"]
@@ -153,7 +155,9 @@ class RemoteEngine:
         calibration_embeddings: np.ndarray | None = None,
     ) -> Any:
         quantize, wire = self._quantizer(precision, ranges, calibration_embeddings, output, dimensions)
-        work = self._embed(texts, kind, instruction, dimensions, normalize, self._truncate(truncate), output, wire)
+        work = self._embed(
+            texts, kind, instruction, dimensions, normalize, self._truncate(truncate, precision), output, wire
+        )
         return quantize(self._run(self._call(timeout, work)))
 
     async def aembed(
@@ -173,7 +177,9 @@ class RemoteEngine:
         calibration_embeddings: np.ndarray | None = None,
     ) -> Any:
         quantize, wire = self._quantizer(precision, ranges, calibration_embeddings, output, dimensions)
-        work = self._embed(texts, kind, instruction, dimensions, normalize, self._truncate(truncate), output, wire)
+        work = self._embed(
+            texts, kind, instruction, dimensions, normalize, self._truncate(truncate, precision), output, wire
+        )
         return quantize(await self._arun(self._call(timeout, work)))
 
     def score(
@@ -237,8 +243,8 @@ class RemoteEngine:
         return rank(scores, top_n)
 
     # -- implementation (on the client's loop) ------------------------------------------------------------------
-    def _truncate(self, truncate: str | None) -> Truncate:
-        return self.truncate if truncate is None else check_truncate(truncate)
+    def _truncate(self, truncate: Truncate | None, precision: str = "float32") -> Truncate:
+        return check_truncate(self.truncate if truncate is None else truncate, precision)
 
     def _quantizer(self, precision: str, ranges: Any, calibration: Any, output: Any, dimensions: int | None) -> Any:
         """(what to apply to the answer, what to ask a server for), every argument checked before any request where
@@ -294,6 +300,13 @@ class RemoteEngine:
         what: str = "texts",
     ) -> Any:
         family = await self._remote.described()  # never the sync property here: it would wait on this very loop
+        if chunked := chunking(truncate):  # cut here with the model's tokenizer: the server embeds windows that fit
+            prefix = embed_prefix(family, self.model, kind, instruction)
+            windows = embed_windows(await self._remote.tokenizer(family), prefix, chunked)
+            embed = partial(self._embed, kind=kind, instruction=instruction, dimensions=dimensions, normalize=normalize)
+            return await embed_chunked(
+                windows, texts, chunked, normalize, partial(embed, truncate="end"), output=output
+            )
         if not (isinstance(output, str) and output == "dense") or not family.gives_dense:
             outputs = check_remote_outputs(output, family=family.name, model=self.model)
             return {outputs[0]: await self._embed(texts, kind, instruction, dimensions, normalize, truncate, what=what)}
@@ -334,6 +347,10 @@ class RemoteEngine:
     ) -> list[float]:
         query = check_query(query)
         family = await self._remote.described()
+        if chunked := chunking(truncate):
+            windows = score_windows(await self._remote.tokenizer(family), self.model, query, instruction, chunked)
+            score = partial(self._score, query, instruction=instruction, truncate="end")
+            return await score_chunked(windows, documents, chunked, score, output=output)
         if output != "dense" or not family.gives_dense:  # multi-vectors (late interaction) and sparse: not served
             late = output if output != "dense" else "sparse" if family.name == "splade" else "multi_vector"
             check_remote_outputs(late, family=family.name, model=self.model)

@@ -6,11 +6,13 @@ once, so a client that has only the model's name applies prompts and templates e
 vLLM server gives no description: the family then comes from the model's config files where the client can read
 them, else from the family's defaults.
 
-Imports: engines (options, protocol), errors, models (families, family_prompts, source), remote (replicas).
+Imports: engines (options, protocol), errors, models (families, family_prompts, source), remote (replicas), text
+(tokens).
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from pathlib import Path
@@ -18,11 +20,12 @@ from typing import Any
 
 from rbln_retrieval.engines.options import EngineOptions
 from rbln_retrieval.engines.protocol import DESCRIBE_PATH, QUANTIZED_EMBED_PATH
-from rbln_retrieval.errors import ModelNotSupportedError
+from rbln_retrieval.errors import ModelNotFoundError, ModelNotSupportedError
 from rbln_retrieval.models.families import ModelFamily, detect_family
 from rbln_retrieval.models.family_prompts import default_document_prompt, default_instruction, default_query_prompt
 from rbln_retrieval.models.source import resolve_model, split_reference
 from rbln_retrieval.remote.replicas import Replicas
+from rbln_retrieval.text.tokens import PromptTokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +43,7 @@ class RemoteModel:
         self.family: ModelFamily | None = None  # known once a replica has answered
         self._served_name: str | None = None
         self.quantizes = False  # the server answers QUANTIZED_EMBED_PATH (an `rbln-retrieval serve` server does)
+        self._tokenizer: PromptTokenizer | None = None
 
     async def described(self) -> ModelFamily:
         """The family, asked of the replicas until one answers."""
@@ -49,6 +53,23 @@ class RemoteModel:
                 return self._checked_family(None, warn=False)
             self.family = self._checked_family(served)
         return self.family
+
+    async def tokenizer(self, family: ModelFamily) -> PromptTokenizer:
+        """The model's tokenizer, read from the model's files on this machine (its directory, or the Hugging Face
+        cache, fetched there when online): truncate="chunk" cuts windows on the client, so local and remote engines
+        read the same windows."""
+        if self._tokenizer is None:
+            try:
+                source = await asyncio.to_thread(resolve_model, self.model, weights=False, **self._source_args)
+                self._tokenizer = await asyncio.to_thread(
+                    PromptTokenizer, source.path, family, trust_remote_code=self.options.trust_remote_code
+                )
+            except (ModelNotFoundError, ModelNotSupportedError, OSError) as exc:
+                raise ValueError(
+                    f"truncate='chunk' cuts windows with {self.model}'s tokenizer on this machine, and it cannot be "
+                    f"read here ({str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__})."
+                ) from exc
+        return self._tokenizer
 
     async def _server_family(self) -> tuple[bool, ModelFamily | None]:
         """(whether a replica answered, the family it describes or None for a server without the route)."""

@@ -8,10 +8,32 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal, cast
 
-Truncate = Literal["end", "start", "error"]
-TRUNCATE_MODES = ("end", "start", "error")
+
+@dataclass(frozen=True)
+class Chunk:
+    """``truncate=Chunk(...)``: an over-long text is cut into windows of the model's length that overlap by
+    ``overlap`` tokens, each read as a whole model input; ``embed`` gives the token-weighted mean of the windows'
+    vectors (``output="mean"``, normalized again when the call normalizes) or every window's vector with its span
+    (``output="all"``), ``score``/``rerank`` the best window's score (rbln_retrieval.text.chunks).
+    ``truncate="chunk"`` is ``Chunk()``."""
+
+    overlap: int = 0
+    output: Literal["mean", "all"] = "mean"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.overlap, bool) or not isinstance(self.overlap, int):
+            raise TypeError(f"Chunk overlap is {type(self.overlap).__name__}, expected int (tokens).")
+        if self.overlap < 0:
+            raise ValueError(f"Chunk overlap={self.overlap} is negative; windows overlap by 0 or more tokens.")
+        if self.output not in ("mean", "all"):
+            raise ValueError(f"Chunk output={self.output!r} is not 'mean' (one vector per text) or 'all'.")
+
+
+Truncate = Literal["end", "start", "error", "chunk"] | Chunk
+TRUNCATE_MODES = ("end", "start", "error", "chunk")
 
 # Inputs are consumed, validated and submitted this many at a time, so an iterator of millions of texts holds
 # only one chunk in memory while the engine works.
@@ -72,10 +94,24 @@ def check_query(query: Any) -> str:
     return valid_unicode(query)
 
 
-def check_truncate(truncate: Any) -> Truncate:
+def check_truncate(truncate: Any, precision: str = "float32") -> Truncate:
+    if isinstance(truncate, Chunk):
+        if truncate.output == "all" and precision != "float32":
+            raise ValueError(
+                f"Chunk(output='all') gives float32 window vectors; precision={precision!r} applies to "
+                "output='mean' (quantize the windows' vectors yourself)."
+            )
+        return truncate
     if truncate not in TRUNCATE_MODES:
-        raise ValueError(f"truncate={truncate!r} is not one of 'end', 'start', 'error'.")
+        raise ValueError(f"truncate={truncate!r} is not one of 'end', 'start', 'error', 'chunk' or a Chunk(...).")
     return cast(Truncate, truncate)
+
+
+def chunking(truncate: Truncate) -> Chunk | None:
+    """The windows ``truncate`` asks for, or None for a policy that cuts (or refuses) an over-long input."""
+    if isinstance(truncate, Chunk):
+        return truncate
+    return Chunk() if truncate == "chunk" else None
 
 
 def check_dimensions(
