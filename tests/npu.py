@@ -1,5 +1,6 @@
 """Options of the rbln-target engines the tests start against the stand-in compiler in tests/standin (three
-buckets: each graph is lowered to ATen and checked, which costs seconds per bucket), one NPU per family."""
+shapes, 1x64, 4x256 and 1x512: each graph is lowered to ATen and checked, which costs seconds per graph), one NPU
+per family."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 STANDIN = Path(__file__).resolve().parent / "standin"
-RBLN_SETTINGS = {"max_num_batched_tokens": 1024, "buckets": [32, 256, 1024]}
+RBLN_SETTINGS = {"shapes": [[1, 64], [4, 256], [1, 512]]}
 # ATOM compiles through rebel.compile_from_torch, Rebel100 through torch.compile (rbln_runtime.family_of).
 NPUS = ("RBLN-CA25", "RBLN-CR13")
 
