@@ -112,6 +112,33 @@ def static_graph_loading() -> Iterator[None]:
         rotary_embedding._ROPE_DICT = ropes
 
 
+def int32_embedding_indices(model: Any) -> int:
+    """Make vLLM's single-rank embeddings look up int32 ids as they come, instead of widening them to int64
+    (``input_.long()``): int64 is not native on the NPU, and the static graph's index inputs are int32. Returns
+    how many embeddings were changed."""
+    import types
+
+    import torch.nn.functional as F
+    from vllm.model_executor.layers.vocab_parallel_embedding import (
+        UnquantizedEmbeddingMethod,
+        VocabParallelEmbedding,
+    )
+
+    def lookup(layer: Any, ids: Any) -> Any:
+        return F.embedding(ids, layer.weight)
+
+    changed = 0
+    for module in model.modules():
+        if (
+            isinstance(module, VocabParallelEmbedding)
+            and module.tp_size == 1
+            and isinstance(module.quant_method, UnquantizedEmbeddingMethod)
+        ):
+            module.forward = types.MethodType(lookup, module)
+            changed += 1
+    return changed
+
+
 def fresh_attention_backend_choice() -> None:
     """vLLM caches the attention backend per head shape for the whole process, but the bundled platform's choice
     also depends on the engine (bundled or stock): the next engine built in this process chooses afresh."""
