@@ -16,16 +16,18 @@ RBLN_SETTINGS = {"shapes": [[1, 64], [4, 256], [1, 512]]}
 NPUS = ("RBLN-CA25", "RBLN-CR13")
 
 
-def rbln_options(npu: str = "RBLN-CA25", **settings: Any) -> dict[str, Any]:
-    """Engine options of an rbln-target engine for ``npu`` (framework objects with equal fields share its engine)."""
+def rbln_options(npu: str = "RBLN-CA25", *, default_shapes: bool = False, **settings: Any) -> dict[str, Any]:
+    """Engine options of an rbln-target engine for ``npu`` (framework objects with equal fields share its engine);
+    ``default_shapes``: the shapes the engine derives, as a user gets them, instead of the tests' three."""
+    base = {} if default_shapes else RBLN_SETTINGS
     return {
         "device": "rbln",
         "dtype": "float32",
-        "engine_kwargs": {"additional_config": {"rbln_retrieval": {**RBLN_SETTINGS, "npu": npu, **settings}}},
+        "engine_kwargs": {"additional_config": {"rbln_retrieval": {**base, "npu": npu, **settings}}},
     }
 
 
-def start_rbln(path: Path, npu: str, **options: Any) -> Any:
+def start_rbln(path: Path, npu: str, *, default_shapes: bool = False, **options: Any) -> Any:
     """A shared rbln-target engine for ``npu`` that compiles afresh: a compile cache of its own (under the
     session's) and the stand-in's in-memory compile cache emptied, as in a new process on a new host."""
     from rbln_retrieval import PoolingEngine
@@ -35,6 +37,6 @@ def start_rbln(path: Path, npu: str, **options: Any) -> Any:
     base = os.environ["RBLN_RETRIEVAL_CACHE_DIR"]
     os.environ["RBLN_RETRIEVAL_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"{npu}-", dir=base)
     try:
-        return PoolingEngine.shared(path, **rbln_options(npu), **options)
+        return PoolingEngine.shared(path, **rbln_options(npu, default_shapes=default_shapes), **options)
     finally:
         os.environ["RBLN_RETRIEVAL_CACHE_DIR"] = base

@@ -40,7 +40,7 @@ from rbln_retrieval.backend.compile import (
 from rbln_retrieval.backend.config import BundledConfig
 from rbln_retrieval.backend.host_layers import write_in_place
 from rbln_retrieval.backend.pooling import TaskHead, decompose, pooling_weights
-from rbln_retrieval.backend.vllm_compat import int32_embedding_indices, static_graph_loading
+from rbln_retrieval.backend.vllm_compat import int32_embedding_indices, static_graph_loading, whole_head_rotary
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +89,7 @@ class BundledModelRunner(CPUModelRunner):
             with static_graph_loading():
                 super().load_model(load_dummy_weights)
             int32_embedding_indices(self.model)
+            whole_head_rotary(self.model)
         else:
             super().load_model(load_dummy_weights)
         if not self.is_pooling_model:
