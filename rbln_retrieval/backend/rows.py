@@ -124,11 +124,20 @@ def first_fit(sizes: Sequence[int], shape: Shape, max_requests: int, must: int =
 
 def ffd_offsets(lengths: Sequence[int], shape: Shape) -> np.ndarray | None:
     """Each prompt's first slot when packed first-fit-decreasing into ``shape``'s rows (longest first, ties by
-    index), or None if they do not fit. Depends on the multiset of lengths only, up to equal lengths swapping."""
+    index), which depends on the multiset of lengths only; else, in the rare sets where that fails and first fit in
+    the given order does not, the latter; None if neither fits."""
+    by_length = sorted(range(len(lengths)), key=lambda j: -lengths[j])
+    for order in (by_length, range(len(lengths))):
+        if (offsets := _first_fit_offsets(lengths, order, shape)) is not None:
+            return offsets
+    return None
+
+
+def _first_fit_offsets(lengths: Sequence[int], order: Sequence[int], shape: Shape) -> np.ndarray | None:
     rows, width = shape
     fill = [0] * rows
     offsets = np.empty(len(lengths), dtype=np.int64)
-    for i in sorted(range(len(lengths)), key=lambda j: -lengths[j]):
+    for i in order:
         for r in range(rows):
             if fill[r] + lengths[i] <= width:
                 offsets[i] = r * width + fill[r]
