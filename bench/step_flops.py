@@ -169,8 +169,7 @@ def measure(kind: str, root: Path, texts: list[str]) -> dict:
 
     tokenizer = AutoTokenizer.from_pretrained(str(path))
     lengths = [len(ids) for ids in tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]]
-    if kind.startswith("qwen3"):  # Qwen3's last-token pooling: the engine appends EOS
-        lengths = [n + 1 if n < max_length else n for n in lengths]
+    assert sum(lengths) == out["rows"]["useful_tokens"], "the reference's tokens are the engine's"
     useful = useful_flops(path, lengths)
     for row in out.values():
         row["useful"] = useful

@@ -10,7 +10,7 @@ for R = 2, 4, ... up to the step budget, and single rows of 2x, 4x ... ``row_wid
 (rounded up to 64). Every token dimension is a multiple of 64, as the RBLN compiler requires. The scheduler
 (``packing``) picks a step's prompts for the shape that computes the fewest FLOPs per useful FLOP; the runner lays
 the admitted prompts out (``plan``): the cheapest shape into which first-fit-decreasing packs them, which depends
-on their lengths only, never on their order.
+on their lengths only (in the rare sets it cannot pack, first fit in the step's order, as the scheduler packed).
 
 May import: the standard library, numpy.
 """
