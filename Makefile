@@ -51,6 +51,7 @@ test-avx2: install
 
 bench: install
 	$(PY) bench/run.py
+	$(PY) bench/step_flops.py
 
 bench-backend: install
 	$(PY) bench/backend.py

@@ -337,7 +337,7 @@ def _compile(args: argparse.Namespace) -> int:
     ) as engine:
         stats = engine.stats()
     print(
-        f"compiled {stats['compiles']} bucket graphs ({', '.join(map(str, stats['buckets']))} tokens) "
+        f"compiled {stats['compiles']} bucket graphs (rows x width: {', '.join(map(str, stats['buckets']))}) "
         f"for {stats['npu']} ({stats['route']}) into {stats['compile_cache']['dir']}"
     )
     return 0
@@ -375,17 +375,26 @@ HOST_KERNEL_NAMESPACES = ("_C.", "_C_cache_ops.", "vllm.")
 
 
 def _print_graphs(model: str, device: str) -> None:
-    """Each bucket graph as the compile backend receives it (traced under strict_shapes), host kernels marked."""
+    """Each bucket graph as the compile backend receives it (traced under strict_shapes), host kernels marked; for
+    static (NPU) graphs also their FLOPs, the attention's share and the largest activation."""
     from rbln_retrieval import PoolingEngine
 
     with PoolingEngine(model, device=device, strict_shapes=True) as engine:
         stats = engine.stats()
     print(f"graphs of {model} on {engine.device} ({stats['target']} target, {stats['kernels']} kernels):")
+    costs = stats.get("graph_costs", {})
     for graph in stats["graphs"]:
         host = [op for op in graph["ops"] if op.startswith(HOST_KERNEL_NAMESPACES)]
+        cost = costs.get(graph["bucket"])
+        counted = (
+            f"{cost['flops'] / 1e9:.1f} GFLOP ({cost['attention_flops'] / cost['flops']:.0%} attention), "
+            f"largest activation {cost['largest_activation'] / 2**20:.1f} MiB, "
+            if cost
+            else ""
+        )
         print(
-            f"  bucket {graph['bucket']}: {len(graph['ops'])} ops, {graph['lifted_weights']} weights as inputs, "
-            f"host kernels: {', '.join(host) or 'none'}"
+            f"  bucket {graph['bucket']}: {counted}{len(graph['ops'])} ops, {graph['lifted_weights']} weights as "
+            f"inputs, host kernels: {', '.join(host) or 'none'}"
         )
         print(f"    {' '.join(graph['ops'])}")
 

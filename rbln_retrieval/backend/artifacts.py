@@ -74,7 +74,7 @@ def _shown(pins: dict[str, str], key: str) -> str:
     return f"{pins.get(key)} ({pins.get('family')})" if key == "npu" else str(pins.get(key))
 
 
-def write(cache_dir: Path, buckets: list[int], graphs: list[Any], pins: dict[str, str] | None) -> None:
+def write(cache_dir: Path, buckets: list[int | str], graphs: list[Any], pins: dict[str, str] | None) -> None:
     """Record what warmup compiled (``compile.CompiledGraph``s) and, on an NPU, its pins, next to the backend's
     artifacts (rebel's .rbln files or bundle, inductor's FX cache); the host's "eager" backend keeps none."""
     import torch

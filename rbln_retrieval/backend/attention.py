@@ -12,10 +12,10 @@ Models translate their own configs into it (ModernBERT passes ``local_attention 
 ``sliding_window``), which reproduces transformers' masks.
 
 Two implementations (``BundledConfig.kernels``), both parity-tested against the stock runner:
-- ``static``: the whole bucket in one masked attention (additive float mask, explicit matmuls and softmax) whose
-  shapes depend on the bucket only, traced into
-  the compiled graph (the platform turns vLLM's opaque attention op off for it): what a static-shape NPU graph
-  needs. Padding rows attend to themselves so they stay finite.
+- ``static``: masked attention per row of the step's ``rows x width`` shape (additive float mask, explicit
+  matmuls and softmax) whose shapes depend on the shape only, traced into the compiled graph (the platform turns
+  vLLM's opaque attention op off for it): what a static-shape NPU graph needs. Padding slots attend among
+  themselves so they stay finite.
 - ``host``: behind vLLM's opaque attention op, each prompt's rows attend among themselves through torch's fused
   CPU attention (flash kernel), padding rows zeroed. vLLM's own CPU kernel would first copy every layer's keys
   and values into a scratch cache and needs per-step scheduler metadata; on short packed prompts that costs more
@@ -39,7 +39,7 @@ from vllm.v1.kv_cache_interface import AttentionSpec, EncoderOnlyAttentionSpec
 
 from rbln_retrieval.backend.config import BundledConfig
 
-# Query rows per masked-attention tile: bounds the static path's score tensor at heads x TILE x bucket.
+# Query slots per masked-attention tile: bounds the static path's score tensor at heads x TILE x row width.
 TILE = 512
 
 
@@ -48,7 +48,8 @@ class PackedAttentionMetadata:
     num_actual_tokens: int  # the bucket: every row the layer must write
     num_real_tokens: int
     causal: bool
-    # static path: per-token request index, padding rows -1 (they attend only among themselves)
+    # static path: request index per slot, padding -1 (it attends only among itself); the runner replaces the
+    # builder's contiguous [tokens] with its layout's [rows, width]
     seq_ids: torch.Tensor
     # host path: each prompt's (start, end) rows (None on the static path)
     bounds: list[tuple[int, int]] | None = None
@@ -206,32 +207,46 @@ def packed_attention(
     scale: float,
     window: int | None = None,
 ) -> torch.Tensor:
-    """Block-diagonal attention over a packed bucket in query tiles, written as an NPU compiler lowers it (and as
+    """Block-diagonal attention per row of a static step, written as an NPU compiler lowers it (and as
     optimum-rbln's BERT and transformers' eager attention write it): matmuls, an additive float mask, a float32
-    softmax. Every shape depends on the bucket only. Prompts are contiguous, so bucket positions measure the
-    distances a window limits."""
+    softmax. ``seq_ids`` is ``[rows, width]`` (the step's shape; 1-d: one row): each query meets its own row's
+    keys only, so a step computes rows x width^2 scores rather than (rows x width)^2. Every shape depends on the
+    step's shape only; prompts are contiguous within a row, so slot distances are the distances a window limits.
+    Score tensors stay within heads x TILE x width: rows in groups, queries of wide rows in tiles."""
+    seq = seq_ids if seq_ids.dim() == 2 else seq_ids[None]
+    rows, width = seq.shape
     tokens, heads, _ = query.shape
-    if key.shape[1] != heads:  # grouped-query attention
-        key = key.repeat_interleave(heads // key.shape[1], dim=1)
-        value = value.repeat_interleave(heads // value.shape[1], dim=1)
-    q, k, v = (t.transpose(0, 1) for t in (query, key, value))
-    keys_t = k.transpose(1, 2)
-    positions = torch.arange(tokens, dtype=torch.int32)
+    if key.shape[1] != heads:  # grouped-query attention: expand, not repeat_interleave (an int64 gather)
+        key, value = (_expand_heads(t, heads) for t in (key, value))
+    q, k, v = (t.reshape(rows, width, heads, t.shape[-1]).transpose(1, 2) for t in (query, key, value))
+    positions = torch.arange(width, dtype=torch.int32)
     blocked = torch.finfo(torch.float32).min
-    tiles = []
-    for start in range(0, tokens, TILE):
-        rows = slice(start, min(start + TILE, tokens))
-        allowed = seq_ids[rows, None] == seq_ids[None, :]
-        offset = positions[rows, None] - positions[None, :]
-        if causal:
-            allowed = allowed & (offset >= 0)
-        if window is not None:
-            allowed = allowed & (offset.abs() < window)
-        bias = torch.where(allowed, 0.0, blocked)
-        scores = torch.matmul(q[:, rows], keys_t).float() * scale + bias
-        probs = torch.softmax(scores, dim=-1).to(v.dtype)
-        tiles.append(torch.matmul(probs, v))
-    return torch.cat(tiles, dim=1).transpose(0, 1)
+    group, span = max(1, TILE // width), min(width, TILE)
+    outputs = []
+    for first in range(0, rows, group):
+        part = slice(first, min(first + group, rows))
+        keys_t = k[part].transpose(2, 3)
+        tiles = []
+        for start in range(0, width, span):
+            queries = slice(start, min(start + span, width))
+            allowed = seq[part, queries, None] == seq[part, None, :]
+            offset = positions[queries, None] - positions[None, :]
+            if causal:
+                allowed = allowed & (offset >= 0)
+            if window is not None:
+                allowed = allowed & (offset.abs() < window)
+            bias = torch.where(allowed, 0.0, blocked).unsqueeze(1)
+            scores = torch.matmul(q[part, :, queries], keys_t).float() * scale + bias
+            probs = torch.softmax(scores, dim=-1).to(v.dtype)
+            tiles.append(torch.matmul(probs, v[part]))
+        outputs.append(tiles[0] if len(tiles) == 1 else torch.cat(tiles, dim=2))
+    out = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=0)
+    return out.transpose(1, 2).reshape(tokens, heads, out.shape[-1])
+
+
+def _expand_heads(t: torch.Tensor, heads: int) -> torch.Tensor:
+    tokens, kv_heads, dim = t.shape
+    return t[:, :, None, :].expand(tokens, kv_heads, heads // kv_heads, dim).reshape(tokens, heads, dim)
 
 
 class PackedAttentionBackend(CPUAttentionBackend):

@@ -24,7 +24,7 @@ class CompileAfterWarmupError(RuntimeError):
 
 @dataclass
 class CompiledGraph:
-    bucket: int | None  # the step's bucket when dynamo compiled this graph
+    bucket: int | str | None  # the step's bucket (tokens, or static "rowsxwidth") when dynamo compiled it
     input_shapes: dict[str, tuple[int, ...]]  # graph placeholder -> shape (parameters left out)
     after_warmup: bool
     ops: list[str]  # what the graph calls, as dynamo hands it to the backend ("torch._C._nn.linear", "_C.onednn_mm")
@@ -96,7 +96,7 @@ class RecordingBackend:
     inner: Any
     strict: bool = False
     weights_as_state: bool = False  # hand ``inner`` the weights as module state, not as graph inputs
-    current_bucket: int | None = None
+    current_bucket: int | str | None = None
     warmed_up: bool = False
     graphs: list[CompiledGraph] = field(default_factory=list)
     _weights: dict[int, torch.Tensor] = field(default_factory=dict, repr=False)  # one tensor per weight, all graphs
@@ -184,3 +184,41 @@ def allow_recompiles(count: int) -> None:
     for name in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit", "accumulated_recompile_limit"):
         if hasattr(dynamo_config, name):
             setattr(dynamo_config, name, max(getattr(dynamo_config, name), count))
+
+
+@dataclass(frozen=True)
+class GraphCost:
+    """What one call of a bucket's forward computes, as torch's flop counter counts it."""
+
+    flops: float
+    attention_flops: float  # the batched matmuls: attention scores and weighted values
+    largest_activation: int  # bytes of the largest tensor an op produces
+
+    @property
+    def linear_flops(self) -> float:
+        return self.flops - self.attention_flops
+
+
+def count_flops(fn: Callable[..., Any], *args: Any) -> GraphCost:
+    """Run ``fn`` once on fake tensors (nothing is computed) under torch's flop counter."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+    from torch.utils.flop_counter import FlopCounterMode
+
+    class Largest(TorchDispatchMode):
+        size = 0
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            out = func(*args, **(kwargs or {}))
+            for t in tree_leaves(out):
+                if isinstance(t, torch.Tensor):
+                    self.size = max(self.size, t.numel() * t.element_size())
+            return out
+
+    counter, largest = FlopCounterMode(display=False), Largest()
+    with FakeTensorMode(allow_non_fake_inputs=True), counter, largest:
+        fn(*args)
+    by_op = counter.get_flop_counts().get("Global", {})
+    attention = float(sum(n for op, n in by_op.items() if "bmm" in str(op)))
+    return GraphCost(float(counter.get_total_flops()), attention, largest.size)

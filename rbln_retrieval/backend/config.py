@@ -3,7 +3,9 @@
 Callers tune them through ``PoolingEngine(..., engine_kwargs={"additional_config": {"rbln_retrieval": {...}}})``:
 
 - ``max_num_batched_tokens``: tokens per step, the largest bucket (default max(max_length, 4096));
-- ``buckets``: explicit token-count buckets (default: ``buckets.derive_buckets``, at most 16);
+- ``buckets``: host kernels: explicit token-count buckets (default: ``buckets.derive_buckets``, at most 16);
+- ``shapes``: static kernels: explicit ``[rows, width]`` step shapes (default: ``rows.derive_shapes``, at most 16),
+  each width a multiple of 64; ``row_width``: the width of multi-row shapes (default 256);
 - ``step_cost_tokens``: a step's fixed cost in tokens, which the packing scheduler weighs against padding
   (default 64; raise it where a graph launch costs more than that much compute);
 - ``kernels``: "host" (the host default: torch's fused CPU attention per packed prompt and vLLM's C RMSNorm,
@@ -28,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from rbln_retrieval.backend import rows as row_shapes
 from rbln_retrieval.backend.buckets import derive_buckets
 from rbln_retrieval.backend.vllm_compat import NATIVE_CUSTOM_OPS
 
@@ -50,7 +53,8 @@ def cache_root() -> Path:
 @dataclass(frozen=True)
 class BundledConfig:
     target: Literal["host", "rbln"] = "host"
-    buckets: tuple[int, ...] = ()
+    buckets: tuple[int, ...] = ()  # tokens per graph
+    rows: tuple[int, ...] = ()  # static kernels: rows per graph (its row width is bucket // rows); host: empty
     # "host": CPU kernels (fused attention per prompt, vLLM's RMSNorm); "static": torch ops only, in the graph.
     kernels: Literal["host", "static"] = "host"
     # host target only: the torch.compile backend that runs the graphs ("eager" traces without codegen). "none"
@@ -72,11 +76,22 @@ class BundledConfig:
         raw = (vllm_config.additional_config or {}).get(CONFIG_KEY)
         if raw is None:
             raise RuntimeError("The bundled runner was loaded for an engine that did not ask for it.")
-        return cls(**{**raw, "buckets": tuple(raw["buckets"])})
+        return cls(**{**raw, "buckets": tuple(raw["buckets"]), "rows": tuple(raw.get("rows", ()))})
 
     @staticmethod
     def requested(vllm_config: Any) -> bool:
         return CONFIG_KEY in (getattr(vllm_config, "additional_config", None) or {})
+
+    @property
+    def shapes(self) -> list[row_shapes.Shape]:
+        """(rows, width) per graph: the static kernels' row shapes, else one row per bucket."""
+        counts = self.rows or (1,) * len(self.buckets)
+        return [(r, b // r) for r, b in zip(counts, self.buckets)]
+
+    @property
+    def labels(self) -> list[int | str]:
+        """How stats, logs and the artifact manifest name each graph: its tokens, or "rowsxwidth" (static)."""
+        return [f"{r}x{w}" for r, w in self.shapes] if self.rows else list(self.buckets)
 
     def bucket_for(self, num_tokens: int) -> int:
         for bucket in self.buckets:
@@ -103,6 +118,22 @@ class BundledConfig:
 TUNABLE = ("kernels", "host_compile_backend", "one_request_per_step", "step_cost_tokens", "compile_only")
 
 
+def _static_shapes(settings: dict[str, Any], max_length: int, max_tokens: int | None) -> list[row_shapes.Shape]:
+    """The static kernels' step shapes: explicit ``shapes``, upstream's single prompt per step, or derived."""
+    if "buckets" in settings:
+        raise ValueError(
+            "buckets sets the host kernels' token counts; static kernels (and device='rbln') take "
+            "shapes=[[rows, width], ...] instead."
+        )
+    width = int(settings.pop("row_width", row_shapes.DEFAULT_ROW_WIDTH))
+    explicit = settings.pop("shapes", None)
+    if settings.get("one_request_per_step"):
+        return [(1, row_shapes.align(max_length))]
+    if explicit:
+        return row_shapes.check_shapes(explicit, max_length)
+    return row_shapes.derive_shapes(max_length, max_tokens or row_shapes.DEFAULT_ROW_STEP, width)
+
+
 def engine_overrides(
     *,
     target: str,
@@ -118,21 +149,35 @@ def engine_overrides(
     ``npu``), ``npu`` and ``snapshot`` what the rbln target builds for (pinned in the cache's manifest)."""
     settings = dict(user)
     one_per_step = bool(settings.get("one_request_per_step", False))
-    max_tokens = int(settings.pop("max_num_batched_tokens", max(max_length, DEFAULT_MAX_TOKENS_PER_STEP)))
-    if one_per_step:
-        # Upstream pads every prefill to one size; max_length is the smallest size that holds any prompt.
-        max_tokens = max_length
-    buckets = settings.pop("buckets", None) or derive_buckets(max_length, max_tokens)
-    buckets = sorted({int(b) for b in buckets})
-    if one_per_step:
-        buckets = [max_tokens]
-    if buckets[-1] < max_length or buckets[0] <= 0:
-        raise ValueError(f"buckets {buckets} must be positive and reach max_length={max_length}.")
+    # The NPU cannot run host kernels: it always takes the static path.
+    static = target == "rbln" or settings.get("kernels") == "static"
+    if target == "rbln":
+        settings["kernels"] = "static"
+    user_tokens = settings.pop("max_num_batched_tokens", None)
+    row_counts: tuple[int, ...] = ()
+    if static:
+        shapes = _static_shapes(settings, max_length, None if user_tokens is None else int(user_tokens))
+        buckets, row_counts = [r * w for r, w in shapes], tuple(r for r, _ in shapes)
+    else:
+        for name in ("shapes", "row_width"):
+            if name in settings:
+                raise ValueError(f"{name} shapes the static kernels' steps; the host kernels take buckets.")
+        max_tokens = int(user_tokens or max(max_length, DEFAULT_MAX_TOKENS_PER_STEP))
+        if one_per_step:
+            # Upstream pads every prefill to one size; max_length is the smallest size that holds any prompt.
+            max_tokens = max_length
+        buckets = settings.pop("buckets", None) or derive_buckets(max_length, max_tokens)
+        buckets = sorted({int(b) for b in buckets})
+        if one_per_step:
+            buckets = [max_tokens]
+        if buckets[-1] < max_length or buckets[0] <= 0:
+            raise ValueError(f"buckets {buckets} must be positive and reach max_length={max_length}.")
     from vllm import __version__ as vllm_version
 
     bundled = BundledConfig(
         target=target,  # type: ignore[arg-type]
         buckets=tuple(buckets),
+        rows=row_counts,
         strict_shapes=strict_shapes,
         cache_key={"model": model, "dtype": dtype, "max_length": max_length, "vllm": vllm_version},
         npu=npu,
@@ -145,12 +190,9 @@ def engine_overrides(
         raise ValueError(f"Unknown bundled-runner settings {sorted(unknown)} in additional_config[{CONFIG_KEY!r}].")
     if bundled.compile_only and target != "rbln":
         raise ValueError("compile_only compiles for an NPU; it needs device='rbln'.")
-    if target == "rbln" and bundled.kernels == "host":
-        # Host kernels cannot run inside an NPU graph: the NPU always takes the static path.
-        bundled = BundledConfig(**{**asdict(bundled), "kernels": "static"})
-    static = {"compilation_config": {"custom_ops": NATIVE_CUSTOM_OPS}} if bundled.kernels == "static" else {}
+    native = {"compilation_config": {"custom_ops": NATIVE_CUSTOM_OPS}} if static else {}
     return {
-        **static,
+        **native,
         "worker_cls": "rbln_retrieval.backend.worker.BundledWorker",
         # Fills each step's budget before the runner pads it to a bucket.
         "scheduler_cls": "rbln_retrieval.backend.packing.PackingScheduler",
@@ -160,7 +202,9 @@ def engine_overrides(
         # step is what a static graph can run, and pooling requests never share a prompt prefix worth caching.
         "enable_chunked_prefill": False,
         "enable_prefix_caching": False,
-        "max_num_batched_tokens": buckets[-1],
+        "max_num_batched_tokens": max(buckets),
         **({"max_num_seqs": 1} if one_per_step else {}),
-        "additional_config": {CONFIG_KEY: {**asdict(bundled), "buckets": list(bundled.buckets)}},
+        "additional_config": {
+            CONFIG_KEY: {**asdict(bundled), "buckets": list(bundled.buckets), "rows": list(bundled.rows)}
+        },
     }

@@ -10,6 +10,10 @@ When what waits cannot fill the largest bucket (the tail of a call, or a small c
 the bucket that computes the fewest tokens per useful token, a step's fixed cost counted in: a 1,100-token tail
 runs as a 1,024-token step and a small one rather than one step padded to 1,536. The oldest prompt is always in
 the step.
+
+Static (NPU) steps are ``rows x width`` shapes with attention per row (``rows``): there each step takes the shape
+and the prompts (first fit over the lookahead, the oldest always in) with the most useful FLOPs per computed FLOP,
+attention counted, so long prompts run in wide single rows and short ones share narrow rows.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from vllm.v1.core.sched.request_queue import SchedulingPolicy
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request
 
+from rbln_retrieval.backend import rows
 from rbln_retrieval.backend.config import BundledConfig
 
 # Prompts examined per step: enough to find a gap-filler in a mixed-length queue, cheap at any queue length.
@@ -62,6 +67,20 @@ def pack_front(waiting: deque[Request], budget: int, max_requests: int, lookahea
     of the next ``lookahead`` prompts into ``budget`` tokens and ``max_requests`` requests."""
     window = [waiting.popleft() for _ in range(min(lookahead, len(waiting)))]
     taken, _ = _first_fit([_tokens(r) for r in window], budget, max_requests)
+    _move_front(waiting, window, taken)
+
+
+def pack_rows(waiting: deque[Request], shapes: Sequence[rows.Shape], costs: rows.Costs, max_requests: int) -> int:
+    """Reorder the front of ``waiting`` so that FCFS admission takes the prompts ``rows.choose`` picks for a
+    static step; returns their tokens (the step's budget, so admission stops right after them)."""
+    window = [waiting.popleft() for _ in range(min(LOOKAHEAD, len(waiting)))]
+    sizes = [_tokens(r) for r in window]
+    _, taken = rows.choose(sizes, shapes, costs, max_requests)
+    _move_front(waiting, window, taken)
+    return sum(sizes[i] for i in taken)
+
+
+def _move_front(waiting: deque[Request], window: list[Request], taken: list[int]) -> None:
     chosen = set(taken)
     admitted = [window[i] for i in taken]
     deferred = [r for i, r in enumerate(window) if i not in chosen]
@@ -81,17 +100,29 @@ class PackingScheduler(Scheduler):
         bundled = BundledConfig.from_vllm_config(self.vllm_config)
         self.buckets = [b for b in bundled.buckets if b <= self.max_num_scheduled_tokens]
         self.step_cost = bundled.step_cost_tokens
+        self.shapes = bundled.shapes if bundled.rows else None
+        self.costs = rows.Costs(rows.attention_ratio(self.vllm_config.model_config.hf_text_config), self.step_cost)
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         # Pooling requests finish in the step that computes them; with requests still running (another
         # workload) their share of the budget is unknown here, and FCFS is left as it is. So it is while vLLM
         # holds requests it skipped in an earlier step (its second queue), which it merges by arrival.
-        if self.policy != SchedulingPolicy.FCFS or self.running or self.skipped_waiting or len(self.waiting) < 2:
-            return super().schedule(*args, **kwargs)
         largest = self.max_num_scheduled_tokens
-        window = [_tokens(r) for r in itertools.islice(self.waiting, LOOKAHEAD)]
-        budget = choose_budget(window, self.buckets, self.max_num_running_reqs, self.step_cost)
-        pack_front(self.waiting, budget, self.max_num_running_reqs)
+        if self.policy != SchedulingPolicy.FCFS or self.running or self.skipped_waiting or len(self.waiting) < 2:
+            if self.shapes is None:
+                return super().schedule(*args, **kwargs)
+            # Whatever FCFS admits within the widest single row, that row holds: a static step always has a shape.
+            self.max_num_scheduled_tokens = max(w for r, w in self.shapes if r == 1)
+            try:
+                return super().schedule(*args, **kwargs)
+            finally:
+                self.max_num_scheduled_tokens = largest
+        if self.shapes is not None:
+            budget = pack_rows(self.waiting, self.shapes, self.costs, self.max_num_running_reqs)
+        else:
+            window = [_tokens(r) for r in itertools.islice(self.waiting, LOOKAHEAD)]
+            budget = choose_budget(window, self.buckets, self.max_num_running_reqs, self.step_cost)
+            pack_front(self.waiting, budget, self.max_num_running_reqs)
         self.max_num_scheduled_tokens = budget
         try:
             return super().schedule(*args, **kwargs)

@@ -101,10 +101,11 @@ def decompose(pooler: nn.Module, tasks: list[str]) -> dict[str, TaskHead]:
 
 
 def pooling_weights(
-    methods: list[str], query_start: np.ndarray, bucket: int, max_requests: int
+    methods: list[str], starts: np.ndarray, lengths: np.ndarray, bucket: int, max_requests: int
 ) -> dict[str, torch.Tensor]:
-    """``[max_requests, bucket]`` float32 weights per method; rows past the step's requests stay zero."""
-    starts, ends = query_start[:-1], query_start[1:]
+    """``[max_requests, bucket]`` float32 weights per method over each request's slots (``lengths[i]`` slots from
+    ``starts[i]``); rows past the step's requests stay zero."""
+    ends = starts + lengths
     rows = np.arange(len(starts))
     weights = {}
     for method in methods:

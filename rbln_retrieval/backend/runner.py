@@ -1,16 +1,19 @@
 """The bundled pooling runner: vLLM's V1 CPU runner with packed, bucket-padded, compiled static-shape steps.
 
 vLLM's scheduler packs many whole prompts into a step. This runner pads the step's token count up to the next
-declared bucket (the single choke point is ``_determine_batch_execution_and_padding``), builds attention
-metadata for the whole bucket, pads token_type_ids with the inputs, and runs model forward plus pooling as one
-torch.compile'd graph per bucket (on the host, traced only under strict_shapes or a chosen compile backend;
-otherwise the same bucket-shaped function runs eagerly; on an NPU, rbln_runtime's route for its family compiles
-each captured graph). Padding never reaches an output: pooling weights are zero on padding columns and only the
-step's requests are read back.
+declared bucket (the single choke point is ``_determine_batch_execution_and_padding``); with static kernels the
+bucket is a ``rows x width`` shape and the step's prompts are laid out in its rows (``rows.plan``: tokens,
+positions and token types gathered into row order before the graph, hidden states back after it, attention per
+row). It builds attention metadata for the whole bucket, pads token_type_ids with the inputs, and runs model
+forward plus pooling as one torch.compile'd graph per bucket (on the host, traced only under strict_shapes or a
+chosen compile backend; otherwise the same bucket-shaped function runs eagerly; on an NPU, rbln_runtime's route
+for its family compiles each captured graph). Padding never reaches an output: pooling weights are zero on
+padding columns and only the step's requests are read back.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import types
 from collections import Counter
@@ -24,10 +27,12 @@ from vllm.forward_context import BatchDescriptor
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 
-from rbln_retrieval.backend import artifacts, rbln_runtime
+from rbln_retrieval.backend import artifacts, rbln_runtime, rows
 from rbln_retrieval.backend.compile import (
+    GraphCost,
     RecordingBackend,
     allow_recompiles,
+    count_flops,
     graph_breaks,
     recording_backend,
     strict_errors,
@@ -35,7 +40,7 @@ from rbln_retrieval.backend.compile import (
 from rbln_retrieval.backend.config import BundledConfig
 from rbln_retrieval.backend.host_layers import write_in_place
 from rbln_retrieval.backend.pooling import TaskHead, decompose, pooling_weights
-from rbln_retrieval.backend.vllm_compat import static_graph_loading
+from rbln_retrieval.backend.vllm_compat import int32_embedding_indices, static_graph_loading, whole_head_rotary
 
 logger = logging.getLogger(__name__)
 
@@ -45,13 +50,17 @@ class StepCounters:
     steps: int = 0
     useful_tokens: int = 0
     computed_tokens: int = 0
-    steps_per_bucket: Counter = field(default_factory=Counter)
+    steps_per_bucket: Counter = field(default_factory=Counter)  # keyed "tokens", or "rowsxwidth" for static
+    useful_flops: float = 0.0  # each request's FLOPs at its own length (counted where each graph compiles)
+    computed_flops: float = 0.0
 
-    def record(self, bucket: int, real: int) -> None:
+    def record(self, bucket: int | str, real: int, computed: int, flops: float = 0.0, useful: float = 0.0) -> None:
         self.steps += 1
         self.useful_tokens += real
-        self.computed_tokens += bucket
+        self.computed_tokens += computed
         self.steps_per_bucket[bucket] += 1
+        self.computed_flops += flops
+        self.useful_flops += useful
 
 
 class BundledModelRunner(CPUModelRunner):
@@ -62,6 +71,9 @@ class BundledModelRunner(CPUModelRunner):
         self.static = self.bundled.kernels == "static"
         self.counters = StepCounters()
         self._bucket: int | None = None
+        self._layout: rows.Layout | None = None  # static kernels: this step's row layout
+        self._force_shape: rows.Shape | None = None  # warmup: the shape to lay the next step out in
+        self.graph_costs: dict[rows.Shape, GraphCost] = {}  # static kernels: counted at each shape's first step
         self._pooled: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None
         self.heads: dict[str, TaskHead] = {}  # tasks pooled inside the graph (set once the model is loaded)
         self.methods: list[str] = []
@@ -76,6 +88,8 @@ class BundledModelRunner(CPUModelRunner):
         if self.static:
             with static_graph_loading():
                 super().load_model(load_dummy_weights)
+            int32_embedding_indices(self.model)
+            whole_head_rotary(self.model)
         else:
             super().load_model(load_dummy_weights)
         if not self.is_pooling_model:
@@ -83,6 +97,7 @@ class BundledModelRunner(CPUModelRunner):
         self.heads = decompose(self.model.pooler, list(self.get_supported_pooling_tasks()))
         self.methods = sorted({head.method for head in self.heads.values()})
         self.takes_token_types = "token_type_ids" in _parameters(self.model.forward)
+        self.costs = rows.Costs(rows.attention_ratio(self.model_config.hf_text_config), self.bundled.step_cost_tokens)
         if self.bundled.kernels == "host":
             self.in_place_blocks = write_in_place(self.model)
         self._graph = self._forward_and_pool
@@ -107,7 +122,7 @@ class BundledModelRunner(CPUModelRunner):
         logger.info(
             "Bundled runner (%s): buckets %s, cache %s",
             self.bundled.target,
-            self.bundled.buckets,
+            self.bundled.labels,
             self.bundled.cache_dir(),
         )
 
@@ -141,13 +156,24 @@ class BundledModelRunner(CPUModelRunner):
 
     # -- one step ------------------------------------------------------------------------------------------
     def _determine_batch_execution_and_padding(self, num_tokens: int, num_reqs: int, *args: Any, **kwargs: Any):
-        self._bucket = self.bundled.bucket_for(num_tokens)
+        if self.bundled.rows:
+            lengths = kwargs["num_scheduled_tokens_np"][:num_reqs].tolist()
+            self._layout = rows.plan(lengths, self.bundled.shapes, self.costs, self._force_shape)
+            self._bucket = self._layout.tokens
+        else:
+            self._bucket = self.bundled.bucket_for(num_tokens)
         return CUDAGraphMode.NONE, BatchDescriptor(num_tokens=self._bucket), False, None, None
 
     def _build_attention_metadata(self, *args: Any, **kwargs: Any):
         # The attention layers write every row of the bucket: build their metadata for all of it.
         kwargs["num_tokens_padded"] = self._bucket
-        return super()._build_attention_metadata(*args, **kwargs)
+        built = super()._build_attention_metadata(*args, **kwargs)
+        if self._layout is not None:
+            # The builder sees vLLM's contiguous order; attention runs in the layout's rows.
+            seq_ids = torch.from_numpy(self._layout.seq_ids)
+            for metadata in built[0].values():
+                metadata.seq_ids = seq_ids
+        return built
 
     def _get_slot_mappings(self, num_tokens_padded: int, *args: Any, **kwargs: Any):
         # The attention layers read these from the forward context inside the graph: bucket-sized (padding -1),
@@ -182,20 +208,42 @@ class BundledModelRunner(CPUModelRunner):
         query_start = self.query_start_loc.cpu[: num_reqs + 1].numpy()
         real = int(query_start[-1])
         input_ids[real:].zero_()  # stale ids from earlier steps would make padding depend on history
+        token_types = model_kwargs.get("token_type_ids")
+        starts, lengths = query_start[:-1], np.diff(query_start)
+        layout = self._layout
+        if layout is not None:
+            # Into row order, on the host: the graph takes its shape's slots; index inputs are int32 (the NPU's).
+            source = torch.from_numpy(layout.source)
+            padding = torch.from_numpy(layout.seq_ids.reshape(-1) < 0)
+            input_ids = input_ids[source]
+            positions = positions[source].masked_fill(padding, 0).to(torch.int32)
+            token_types = None if token_types is None else token_types[source]
+            starts, lengths = layout.starts, layout.lengths
         # A traced graph's shapes depend on the bucket only; an untraced host step pools just its own requests.
-        rows = self.max_requests(bucket) if self.bundled.traced else num_reqs
-        weights = pooling_weights(self.methods, query_start, bucket, rows)
+        num_rows = self.max_requests(bucket) if self.bundled.traced else num_reqs
+        weights = pooling_weights(self.methods, starts, lengths, bucket, num_rows)
         if self.compile_backend is not None:
-            self.compile_backend.current_bucket = bucket
+            self.compile_backend.current_bucket = bucket if layout is None else _label(layout.shape)
+        if layout is not None and layout.shape not in self.graph_costs:
+            self.graph_costs[layout.shape] = count_flops(
+                self._forward_and_pool, input_ids, positions, weights, token_types
+            )
         with strict_errors():
-            hidden, self._pooled = self._graph(input_ids, positions, weights, model_kwargs.get("token_type_ids"))
-        self.counters.record(bucket, real)
+            hidden, self._pooled = self._graph(input_ids, positions, weights, token_types)
+        if layout is None:
+            self.counters.record(bucket, real, bucket)
+        else:
+            cost = self.graph_costs[layout.shape]
+            self.counters.record(_label(layout.shape), real, bucket, cost.flops, _useful(cost, layout))
         return hidden
 
     def _pool(self, hidden_states, num_scheduled_tokens, num_scheduled_tokens_np, kv_connector_output):
         pooled, self._pooled = self._pooled, None
+        layout, self._layout = self._layout, None
         params = self.input_batch.get_pooling_params()
         if pooled is None or any(p.task not in self.heads for p in params):
+            if layout is not None:  # vLLM's poolers read the step's tokens in its own order
+                hidden_states = hidden_states[torch.from_numpy(layout.slot_of)]
             return super()._pool(hidden_states, num_scheduled_tokens, num_scheduled_tokens_np, kv_connector_output)
         num_reqs = self.input_batch.num_reqs
         prompt_lens = self.input_batch.num_prompt_tokens[:num_reqs]
@@ -222,7 +270,7 @@ class BundledModelRunner(CPUModelRunner):
             if self.route == "torch.compile":
                 rbln_runtime.save_compile_bundle(cache_dir)
             pins = artifacts.pins_for(self.bundled) if self.bundled.target == "rbln" else None
-            artifacts.write(cache_dir, list(self.bundled.buckets), self.compile_backend.graphs, pins)
+            artifacts.write(cache_dir, self.bundled.labels, self.compile_backend.graphs, pins)
 
     def stats(self) -> dict[str, Any]:
         graphs = self.compile_backend.graphs if self.compile_backend is not None else []
@@ -232,11 +280,15 @@ class BundledModelRunner(CPUModelRunner):
             "target": self.bundled.target,
             "kernels": self.bundled.kernels,
             "in_place_blocks": self.in_place_blocks,
-            "buckets": list(self.bundled.buckets),
+            "buckets": self.bundled.labels,
             "steps": c.steps,
             "steps_per_bucket": dict(sorted(c.steps_per_bucket.items())),
             "useful_tokens": c.useful_tokens,
             "computed_tokens": c.computed_tokens,
+            "shapes": [list(s) for s in self.bundled.shapes],
+            "useful_flops": c.useful_flops,
+            "computed_flops": c.computed_flops,
+            "graph_costs": {_label(s): dataclasses.asdict(c) for s, c in sorted(self.graph_costs.items())},
             "traced": self.bundled.traced,
             "compiles": len(graphs),
             "compiles_after_warmup": sum(g.after_warmup for g in graphs),
@@ -279,6 +331,19 @@ class BundledModelRunner(CPUModelRunner):
 
     def _artifacts(self) -> dict[str, int]:
         return rbln_runtime.artifact_counts(getattr(self.compile_backend, "inner", None))
+
+
+def _label(shape: rows.Shape) -> str:
+    return f"{shape[0]}x{shape[1]}"
+
+
+def _useful(cost: GraphCost, layout: rows.Layout) -> float:
+    """The step's requests' FLOPs at their own lengths: the graph's token-linear FLOPs per token for each token,
+    its attention FLOPs per (query, key) pair for each pair within a request."""
+    tokens, width = layout.tokens, layout.shape[1]
+    lengths = layout.lengths.astype(np.float64)
+    per_token, per_pair = cost.linear_flops / tokens, cost.attention_flops / (tokens * width)
+    return float(lengths.sum() * per_token + (lengths**2).sum() * per_pair)
 
 
 def _process_groups() -> dict[str, list[int]]:

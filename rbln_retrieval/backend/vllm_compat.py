@@ -112,6 +112,64 @@ def static_graph_loading() -> Iterator[None]:
         rotary_embedding._ROPE_DICT = ropes
 
 
+def int32_embedding_indices(model: Any) -> int:
+    """Make vLLM's single-rank embeddings look up int32 ids as they come, instead of widening them to int64
+    (``input_.long()``): int64 is not native on the NPU, and the static graph's index inputs are int32. Returns
+    how many embeddings were changed."""
+    import types
+
+    import torch.nn.functional as F
+    from vllm.model_executor.layers.vocab_parallel_embedding import (
+        UnquantizedEmbeddingMethod,
+        VocabParallelEmbedding,
+    )
+
+    def lookup(layer: Any, ids: Any) -> Any:
+        return F.embedding(ids, layer.weight)
+
+    changed = 0
+    for module in model.modules():
+        if (
+            isinstance(module, VocabParallelEmbedding)
+            and module.tp_size == 1
+            and isinstance(module.quant_method, UnquantizedEmbeddingMethod)
+        ):
+            module.forward = types.MethodType(lookup, module)
+            changed += 1
+    return changed
+
+
+def whole_head_rotary(model: Any) -> int:
+    """Rotary embeddings that rotate the whole head compute without vLLM's pass-through slice
+    (``query[..., rotary_dim:]``), which is a zero-size tensor there: the NPU compiler avoids those. Same values
+    (concatenating an empty tensor changes nothing). Returns how many were changed."""
+    import types
+
+    from vllm.model_executor.layers.rotary_embedding.base import RotaryEmbedding
+    from vllm.model_executor.layers.rotary_embedding.common import ApplyRotaryEmb
+
+    def rotate(rope: Any, positions: Any, query: Any, key: Any = None) -> tuple[Any, Any]:
+        cos, sin = rope._match_cos_sin_cache_dtype(query).index_select(0, positions.flatten()).chunk(2, dim=-1)
+        tokens = positions.numel()
+
+        def apply(x: Any) -> Any:
+            heads = x.view(tokens, -1, rope.head_size)
+            return ApplyRotaryEmb.forward_static(heads, cos, sin, rope.is_neox_style).reshape(x.shape)
+
+        return apply(query), None if key is None else apply(key)
+
+    changed = 0
+    for module in model.modules():
+        if (
+            isinstance(module, RotaryEmbedding)
+            and type(module).forward_static is RotaryEmbedding.forward_static
+            and module.rotary_dim == module.head_size
+        ):
+            module._forward_method = types.MethodType(rotate, module)
+            changed += 1
+    return changed
+
+
 def fresh_attention_backend_choice() -> None:
     """vLLM caches the attention backend per head shape for the whole process, but the bundled platform's choice
     also depends on the engine (bundled or stock): the next engine built in this process chooses afresh."""

@@ -29,12 +29,15 @@ def _step(runner: Any, req_ids: list[str], new: list[NewRequestData], lengths: l
     return empty
 
 
-def _lengths(bucket: int, max_len: int, max_seqs: int) -> list[int]:
-    """Prompt lengths summing to ``bucket``, each within max_len, at most max_seqs of them."""
-    count = math.ceil(bucket / max_len)
-    if count > max_seqs:
-        raise RuntimeError(f"Bucket {bucket} cannot be filled by {max_seqs} prompts of at most {max_len} tokens.")
-    return [max_len] * (count - 1) + [bucket - max_len * (count - 1)]
+def _lengths(shape: tuple[int, int], max_len: int, max_seqs: int) -> list[int]:
+    """Prompt lengths filling ``shape``'s rows (``rows x width`` tokens; one row for host buckets), each within
+    max_len, at most max_seqs of them."""
+    rows, width = shape
+    per_row = [max_len] * (width // max_len) + ([width % max_len] if width % max_len else [])
+    lengths = per_row * rows
+    if len(lengths) > max_seqs:
+        raise RuntimeError(f"Bucket {rows}x{width} cannot be filled by {max_seqs} prompts of at most {max_len} tokens.")
+    return lengths
 
 
 def warm_up(runner: Any) -> dict[str, float]:
@@ -45,11 +48,15 @@ def warm_up(runner: Any) -> dict[str, float]:
     visible = runner.scheduler_kv_groups()  # only these get block ids, as the scheduler would give them
     tasks = sorted(runner.heads) or sorted(runner.get_supported_pooling_tasks())[:1]
     seconds: dict[str, float] = {}
-    buckets = runner.bundled.buckets if runner.bundled.traced else runner.bundled.buckets[:1]
-    for bucket in buckets:
+    shapes = runner.bundled.shapes if runner.bundled.traced else runner.bundled.shapes[:1]
+    static = bool(runner.bundled.rows)
+    for shape in shapes:
+        bucket = f"{shape[0]}x{shape[1]}" if static else str(shape[1])
+        # The runner lays a step out in the cheapest shape that holds it: warmup names the one to compile.
+        runner._force_shape = shape if static else None
         for task in tasks:
             started = time.perf_counter()
-            lengths = _lengths(bucket, max_len, max_seqs)
+            lengths = _lengths(shape, max_len, max_seqs)
             ids = [f"warmup-{bucket}-{task}-{i}" for i in range(len(lengths))]
             new = []
             for req_id, length in zip(ids, lengths):
@@ -76,6 +83,7 @@ def warm_up(runner: Any) -> dict[str, float]:
             finish.scheduled_cached_reqs = CachedRequestData.make_empty()
             runner.execute_model(finish)
             seconds[f"{bucket}/{task}"] = time.perf_counter() - started
+    runner._force_shape = None
     runner.finish_warmup()
-    logger.info("Warmed %d buckets x %s in %.1f s", len(buckets), tasks, sum(seconds.values()))
+    logger.info("Warmed %d buckets x %s in %.1f s", len(shapes), tasks, sum(seconds.values()))
     return seconds

@@ -145,7 +145,7 @@ def test_rbln_target_hands_the_compiler_aten_graphs_with_weights_as_module_state
     assert (stats["target"], stats["kernels"], stats["npu"], stats["route"]) == ("rbln", "static", npu, route)
     assert stats["compiles"] == len(stats["buckets"]) == len(compiled), "one graph per bucket"
     assert stats["compiles_after_warmup"] == 0 and stats["graph_breaks"] == 0
-    assert sorted(g["bucket"] for g in stats["graphs"]) == stats["buckets"]
+    assert sorted(g["bucket"] for g in stats["graphs"]) == sorted(stats["buckets"])
     assert all(g["lifted_weights"] == 0 for g in stats["graphs"])
     for graph in compiled:
         assert graph.route == route and not graph.cached

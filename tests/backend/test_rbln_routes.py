@@ -17,14 +17,15 @@ from rbln_retrieval.backend.compile import RecordingBackend
 from rbln_retrieval.errors import DeviceUnavailableError
 
 NPU_OF_ROUTE = {"aot": "RBLN-CA25", "torch.compile": "RBLN-CR13"}
+WIDTH = 64  # the compiler's alignment of a last dimension
 
 
 class Block(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
         torch.manual_seed(0)
-        self.linear = torch.nn.Linear(8, 8)
-        self.norm = torch.nn.LayerNorm(8)
+        self.linear = torch.nn.Linear(WIDTH, WIDTH)
+        self.norm = torch.nn.LayerNorm(WIDTH)
 
     def forward(self, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         return self.norm(torch.relu(self.linear(x)) * scale)
@@ -39,7 +40,7 @@ class WritesItsInput(Block):
 class StridedWeight(Block):
     def __init__(self) -> None:
         super().__init__()
-        self.extra = torch.nn.Parameter(torch.randn(8, 8).t(), requires_grad=False)  # a transposed view
+        self.extra = torch.nn.Parameter(torch.randn(WIDTH, WIDTH).t(), requires_grad=False)  # a transposed view
 
     def forward(self, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         return super().forward(x @ self.extra, scale)
@@ -60,8 +61,29 @@ class CallsAHostKernel(Block):
         return super().forward(torch.ops.standin_test.double(x), scale)
 
 
+# The compiler's documented limits (vllm-rbln, optimum-rbln, the SDK's op table), one module breaking each.
+class GathersWithInt64(Block):
+    def forward(self, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        return super().forward(x[torch.arange(x.shape[0])], scale)
+
+
+class InvertsABoolMask(Block):
+    def forward(self, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        return super().forward(torch.where(~(x > 0), x, 0.0), scale)
+
+
+class ReducesToAScalar(Block):
+    def forward(self, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        return super().forward(x / x.abs().sum(), scale)
+
+
+class SlicesNothing(Block):
+    def forward(self, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        return super().forward(torch.cat([x, x[:, WIDTH:]], dim=-1), scale)
+
+
 def _inputs(rows: int) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.randn(rows, 8), torch.tensor([0.5])
+    return torch.randn(rows, WIDTH), torch.full((WIDTH,), 0.5)
 
 
 def _compile(route: str, module: torch.nn.Module, cache_dir: Path, *, weights_as_state: bool = True, **changes):
@@ -121,12 +143,23 @@ def test_atom_artifacts_are_loaded_not_compiled_by_the_next_start(standin_rebel,
         (WritesItsInput, "write into graph input"),
         (StridedWeight, "non-contiguous weight"),
         (CallsAHostKernel, "op outside ATen: standin_test.double"),
+        (GathersWithInt64, "has dtype torch.int64"),
+        (InvertsABoolMask, r"inverts a bool mask \(aten.bitwise_not.default\)"),
+        (ReducesToAScalar, "reduces to a 0-d tensor"),
+        (SlicesNothing, r"is a zero-size tensor \(4, 0\)"),
     ],
 )
 def test_each_route_refuses_a_graph_that_breaks_the_contract(route, module, violation, standin_rebel, tmp_path):
     compiled, _ = _compile(route, module().eval(), tmp_path)
     with pytest.raises(Exception, match=violation):
         compiled(*_inputs(4))
+
+
+@pytest.mark.parametrize("route", ["aot", "torch.compile"])
+def test_each_route_refuses_an_input_whose_last_dimension_is_not_64_aligned(route, standin_rebel, tmp_path):
+    compiled, _ = _compile(route, Block().eval(), tmp_path)
+    with pytest.raises(Exception, match="input l_scale_ has last dimension 1, not a multiple of 64"):
+        compiled(torch.randn(4, WIDTH), torch.tensor([0.5]))
 
 
 @pytest.mark.parametrize("route", ["aot", "torch.compile"])
@@ -161,14 +194,14 @@ def test_compile_from_torch_checks_input_info_against_the_module(standin_rebel):
 
     module = Block().eval()
     x, scale = _inputs(4)
-    good = [("x", [4, 8], "float32"), ("scale", [1], "float32")]
+    good = [("x", [4, WIDTH], "float32"), ("scale", [WIDTH], "float32")]
     model = rebel.compile_from_torch(module, input_info=good, npu="RBLN-CA25", example_inputs=[x, scale])
     runtime = model.create_runtime(device=0, tensor_type="pt")
     torch.testing.assert_close(runtime(x, scale)[0], module(x, scale))
     wrong = {
-        "names": ([("input", [4, 8], "float32"), ("scale", [1], "float32")], "are not the module's inputs"),
-        "shape": ([("x", [2, 8], "float32"), ("scale", [1], "float32")], "but the example is"),
-        "dtype": ([("x", [4, 8], "int64"), ("scale", [1], "float32")], "but the example is"),
+        "names": ([("input", [4, WIDTH], "float32"), ("scale", [WIDTH], "float32")], "are not the module's inputs"),
+        "shape": ([("x", [2, WIDTH], "float32"), ("scale", [WIDTH], "float32")], "but the example is"),
+        "dtype": ([("x", [4, WIDTH], "int64"), ("scale", [WIDTH], "float32")], "but the example is"),
     }
     for info, refusal in wrong.values():
         with pytest.raises(InputInfoError, match=refusal):
@@ -176,7 +209,7 @@ def test_compile_from_torch_checks_input_info_against_the_module(standin_rebel):
     with pytest.raises(TypeError, match="tensor_parallel_size"):
         rebel.compile_from_torch(module, input_info=good, npu="RBLN-CA25", tensor_parallel_size=1)
     with pytest.raises(InputInfoError, match="compiled for"):
-        runtime(torch.randn(2, 8), scale)
+        runtime(torch.randn(2, WIDTH), scale)
 
 
 def test_sdk_012_environment_names_and_the_legacy_ones_with_one_warning(standin_rebel, monkeypatch, capsys):

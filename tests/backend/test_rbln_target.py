@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -336,4 +337,9 @@ def test_doctor_prints_each_bucket_graph(standin_rebel, tiny_models, capsys):
     assert f"graphs of {path} on rbln (rbln target, static kernels):" in printed
     buckets = [line for line in printed.splitlines() if line.startswith("  bucket ")]
     assert len(buckets) >= 3 and all("0 weights as inputs, host kernels: none" in line for line in buckets)
+    # Per shape: rows x width, FLOPs with attention's share, the largest activation.
+    assert all(
+        re.match(r"  bucket \d+x\d+: \d+\.\d GFLOP \(\d+% attention\), largest activation \d+\.\d MiB", line)
+        for line in buckets
+    ), buckets
     assert "torch.matmul" in printed and "torch.softmax" in printed

@@ -129,8 +129,8 @@ def test_engine_overrides_schedule_with_packing():
 
 def test_pooling_weights_are_zero_on_padding():
     hidden = torch.randn(16, 4)
-    starts = np.array([0, 3, 4, 9])  # three requests, 9 real tokens, 7 padding rows
-    w = pooling_weights(["CLS", "LAST", "MEAN"], starts, bucket=16, max_requests=5)
+    starts = np.array([0, 3, 4])  # three requests, 9 real tokens, 7 padding rows
+    w = pooling_weights(["CLS", "LAST", "MEAN"], starts, np.array([3, 1, 5]), bucket=16, max_requests=5)
     assert all(t.shape == (5, 16) and not t[:, 9:].any() and not t[3:].any() for t in w.values())
     torch.testing.assert_close((w["CLS"] @ hidden)[:3], hidden[[0, 3, 4]])
     torch.testing.assert_close((w["LAST"] @ hidden)[:3], hidden[[2, 3, 8]])

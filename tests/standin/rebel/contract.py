@@ -4,7 +4,11 @@ NPU compiler that lowers ATen and takes weights as module state can take:
 - no write into a graph input (checked after functionalization: such writes become copies into placeholders);
 - no weight passed as a graph input, no empty weight (vLLM's CPU repacking leaves empty parameters), and every
   weight contiguous (both SDK routes make them contiguous before compiling);
-- only float32, bfloat16, float16, int32, int64 and bool tensors.
+- only float32, bfloat16, float16, int32 and bool tensors: int64 is not device-native (the compiler computes it as
+  int32 and places integer gathers and reductions on the host), so index inputs and index math are int32;
+- the compiler's documented limits: every input's last dimension (the token slots, the row width) a multiple of 64,
+  no bool inversion (``~mask``), no reduction to a 0-d tensor, no zero-size tensor (slice), no symbolic shape.
+It also counts each graph's FLOPs (torch's flop counter, on fake tensors) and its largest activation.
 """
 
 from __future__ import annotations
@@ -18,7 +22,11 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 ALLOWED_NAMESPACES = {"aten", "prims", "rbln_custom_ops"}
-ALLOWED_DTYPES = {torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.int64, torch.bool}
+ALLOWED_DTYPES = {torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.bool}
+ALIGN = 64
+INVERSIONS = {"aten.bitwise_not.default", "aten.logical_not.default"}
+REDUCTIONS = ("aten.sum.", "aten.mean.", "aten.amax.", "aten.amin.", "aten.max.", "aten.min.", "aten.any.", "aten.all.",
+              "aten.prod.", "aten.argmax.", "aten.argmin.")
 MODULE_STATE_MARKERS = ("_parameters_", "_buffers_", "_modules_")
 
 
@@ -39,6 +47,8 @@ class Compiled:
     legacy_devices: str | None  # RBLN_DEVICES as the compiler saw it (SDK 0.12 hosts unset it)
     cached: bool = False  # taken from the compile cache, nothing lowered
     violations: list[str] = field(default_factory=list)
+    flops: float = 0.0  # one call, as torch.utils.flop_counter counts the lowered graph
+    largest_activation: int = 0  # bytes of the largest tensor an op of the lowered graph produces
 
 
 COMPILED: list[Compiled] = []  # every graph either route was handed, in order
@@ -63,6 +73,8 @@ def violations(gm: torch.fx.GraphModule, lowered: torch.fx.GraphModule, example_
             found.append(f"weight passed as graph input: {name}")
         if isinstance(value, torch.Tensor) and value.dtype not in ALLOWED_DTYPES:
             found.append(f"input {name} has dtype {value.dtype}")
+        if isinstance(value, torch.Tensor) and value.dim() and value.shape[-1] % ALIGN:
+            found.append(f"input {name} has last dimension {value.shape[-1]}, not a multiple of {ALIGN}")
     for name, tensor in [*gm.named_parameters(), *gm.named_buffers()]:
         if tensor.numel() == 0:
             found.append(f"empty weight: {name}")
@@ -81,9 +93,32 @@ def violations(gm: torch.fx.GraphModule, lowered: torch.fx.GraphModule, example_
             if target is torch.ops.aten.copy_.default and node.args[0] in placeholders:
                 found.append(f"write into graph input {node.args[0].name}")
         value = node.meta.get("val")
-        if isinstance(value, torch.Tensor) and value.dtype not in ALLOWED_DTYPES:
+        if not isinstance(value, torch.Tensor):
+            continue
+        if value.dtype not in ALLOWED_DTYPES:
             found.append(f"{node.name} has dtype {value.dtype}")
+        if str(target) in INVERSIONS and node.args[0].meta["val"].dtype == torch.bool:
+            found.append(f"{node.name} inverts a bool mask ({target})")
+        if str(target).startswith(REDUCTIONS) and value.dim() == 0:
+            found.append(f"{node.name} reduces to a 0-d tensor ({target})")
+        if any(not isinstance(d, int) for d in value.shape):
+            found.append(f"{node.name} has a symbolic shape {tuple(value.shape)}")
+        elif value.numel() == 0:
+            found.append(f"{node.name} is a zero-size tensor {tuple(value.shape)} ({target})")
     return sorted(set(found))
+
+
+def cost(lowered: torch.fx.GraphModule, example_inputs: list[Any]) -> tuple[float, int]:
+    """(FLOPs, largest activation in bytes) of one call of the lowered graph, run on fake tensors."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode, counter:
+        torch.fx.Interpreter(lowered).run(*(mode.from_tensor(t) if isinstance(t, torch.Tensor) else t for t in example_inputs))
+    sizes = [v.numel() * v.element_size() for n in lowered.graph.nodes
+             if n.op == "call_function" and isinstance(v := n.meta.get("val"), torch.Tensor)]
+    return float(counter.get_total_flops()), max(sizes, default=0)
 
 
 def record(route: str, gm: torch.fx.GraphModule, example_inputs: list[Any], options: dict[str, Any],
@@ -91,7 +126,10 @@ def record(route: str, gm: torch.fx.GraphModule, example_inputs: list[Any], opti
     """Record what a route was handed; raise if it breaks the contract."""
     tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
     weights = [*gm.parameters(), *gm.buffers()]
+    flops, largest = cost(lowered, example_inputs) if lowered is not None else (0.0, 0)
     compiled = Compiled(
+        flops=flops,
+        largest_activation=largest,
         route=route,
         ops=op_names(lowered) if lowered is not None else [],
         input_shapes=[tuple(t.shape) for t in tensors],
