@@ -29,7 +29,7 @@ from typing import Any, NoReturn, TextIO
 
 from rbln_retrieval.errors import RBLNRetrievalError
 from rbln_retrieval.quiet import quiet_startup
-from rbln_retrieval.server.limits import Limits
+from rbln_retrieval.server.limits import add_limit_arguments, limits_from_args
 
 PROG = "rbln-retrieval"
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
@@ -154,29 +154,9 @@ def _parser() -> tuple[_Parser, dict[str, _Parser]]:
     serve.add_argument(
         "--api-key", default=os.environ.get("RBLN_API_KEY"), help="require this bearer token (default: $RBLN_API_KEY)"
     )
-    limits = serve.add_argument_group("backpressure (0: no limit; docs/serving.md says how to size each)")
-    for name, past_it in (
-        ("max_concurrent_requests", "requests in flight; past it: HTTP 429 + Retry-After"),
-        ("max_queued_tokens", "tokens of the requests in flight, estimated as bytes/4; past it: 429"),
-        ("max_payload_bytes", "a request's body; past it: HTTP 413"),
-    ):
-        default = getattr(Limits(), name)
-        limits.add_argument(
-            f"--{name.replace('_', '-')}", type=_bound, default=default, help=f"{past_it} (default: {default})"
-        )
+    add_limit_arguments(serve)
     serve.set_defaults(run=_serve)
     return parser, commands.choices
-
-
-def _bound(text: str) -> int | None:
-    """A limit: a positive integer, or 0 for none."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer (0: no limit)") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative (0: no limit)")
-    return value or None
 
 
 def _model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -327,13 +307,12 @@ def _rerank(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from rbln_retrieval.server.serve import serve
 
-    limits = Limits(args.max_concurrent_requests, args.max_queued_tokens, args.max_payload_bytes)
     return serve(
         args.model,
         host=args.host,
         port=args.port,
         api_key=args.api_key,
-        limits=limits,
+        limits=limits_from_args(args),
         vllm_args=args.vllm_args,
         **_engine_options(args),
     )

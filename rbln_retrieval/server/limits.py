@@ -7,11 +7,12 @@ backs off (RemoteEngine honours Retry-After) and the requests in flight keep the
 probes, /metrics and the description route always answer. Queued tokens are estimated from the body's bytes
 (TOKEN_BYTES a token, English text's usual size), so the bound holds before anything is tokenized.
 
-Imports: nothing beyond the standard library (an ASGI app needs no framework).
+Imports: nothing beyond the standard library (an ASGI app needs no framework; the CLI reads its options here).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 from dataclasses import asdict, dataclass
@@ -137,3 +138,36 @@ class Backpressure:
 def add_backpressure(app: Any, limits: Limits) -> None:
     """Put Backpressure in front of vLLM's built ``app`` (its middleware stack already exists, as in auth.py)."""
     app.middleware_stack = Backpressure(app.middleware_stack or app.build_middleware_stack(), limits)
+
+
+def add_limit_arguments(parser: argparse.ArgumentParser) -> None:
+    """The serve command's options for Limits' fields (0: no limit)."""
+    group = parser.add_argument_group("backpressure (0: no limit; docs/serving.md says how to size each)")
+    for name, past_it in (
+        ("max_concurrent_requests", "requests in flight; past it: HTTP 429 + Retry-After"),
+        ("max_queued_tokens", "tokens of the requests in flight, estimated as bytes/4; past it: 429"),
+        ("max_payload_bytes", "a request's body; past it: HTTP 413"),
+    ):
+        default = getattr(Limits(), name)
+        group.add_argument(
+            f"--{name.replace('_', '-')}",
+            type=_bound,
+            default=default,
+            metavar="N",
+            help=f"{past_it} (default: {default})",
+        )
+
+
+def limits_from_args(args: argparse.Namespace) -> Limits:
+    return Limits(args.max_concurrent_requests, args.max_queued_tokens, args.max_payload_bytes)
+
+
+def _bound(text: str) -> int | None:
+    """A limit on the command line: a positive integer, or 0 for none."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer (0: no limit)") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative (0: no limit)")
+    return value or None
