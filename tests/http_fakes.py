@@ -21,12 +21,13 @@ class FakeServer:
     """Answers every POST with ``mode``: HTTP 500, a 200 that is not JSON, JSON without the fields a pooling
     server sends, a reply after ``delay`` seconds, or a 400 whose body echoes the request headers (as a careless
     proxy might), or (busy) HTTP 429 with ``Retry-After: retry_after`` ("": none) for the first ``busy_posts``
-    POSTs and then the sleep mode's answer. Records the time of every POST."""
+    POSTs and then the sleep mode's answer. Records the time and the JSON body of every POST."""
 
     def __init__(self, mode: Mode, delay: float = 0.0, busy_posts: int = 0, retry_after: str = "1"):
         self.mode, self.delay = mode, delay
         self.busy_posts, self.retry_after = busy_posts, retry_after
         self.posts: list[float] = []
+        self.bodies: list[Any] = []  # each POST's JSON body
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -35,7 +36,8 @@ class FakeServer:
 
             def do_POST(self) -> None:
                 server.posts.append(time.monotonic())
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                server.bodies.append(json.loads(raw) if raw else None)
                 if server.mode == "500":
                     self._reply(500, b'{"error": "internal"}')
                 elif server.mode == "garbage":

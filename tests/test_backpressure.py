@@ -11,7 +11,7 @@ import time
 import pytest
 from http_fakes import FakeServer
 
-from rbln_retrieval.remote import RemoteError
+from rbln_retrieval.remote import RemoteEngine, RemoteError
 from rbln_retrieval.remote.replicas import Replicas
 from rbln_retrieval.remote.served_model import RemoteModel
 from rbln_retrieval.server.limits import Backpressure, Limits
@@ -139,3 +139,12 @@ def test_batches_stay_under_the_advertised_limits_in_order_each_input_once():
     remote.limits = {"max_payload_bytes": None, "max_queued_tokens": 1100}  # 4400 bytes
     with pytest.raises(ValueError, match=r"^Input 1 is 5004 bytes as JSON, over the 304 bytes a request"):
         remote.batches(["short", "x" * 5000], 64)
+
+
+def test_the_client_asks_for_base64_float32(minilm):
+    """The compact transport is asked for (the real-server tests prove it decodes to local's vectors)."""
+    with FakeServer("sleep") as server, RemoteEngine(minilm, base_url=server.url, max_retries=0) as remote:
+        with pytest.raises(RemoteError, match="returned 0 results for 1 inputs"):
+            remote.embed(["a"])
+    wanted = {"encoding_format": "base64", "embed_dtype": "float32", "endianness": "little"}
+    assert server.bodies[0].items() >= wanted.items()
