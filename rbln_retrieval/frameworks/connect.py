@@ -44,7 +44,9 @@ def get_engine(
 
         urls = (base_url,) if isinstance(base_url, str) else tuple(base_url)
         client: dict[str, Any] = {
-            name: options.pop(name) for name in ("batch_size", "max_retries", "verify") if name in options
+            name: options.pop(name)
+            for name in ("batch_size", "max_retries", "verify", "max_in_flight")
+            if name in options
         }
         spec = EngineSpec(
             RemoteEngine, os.fspath(model), options, base_url=urls, api_key=api_key, client={**client, **source_args}

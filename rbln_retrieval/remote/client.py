@@ -52,7 +52,9 @@ class RemoteEngine:
     """``embed``/``score``/``rerank`` (sync and async) served by one or more remote replicas.
 
     The model's family comes from the server's description; an explicit ``family`` must agree with it and is used
-    where the server gives none (a plain vLLM server). ``truncate`` and ``timeout`` are defaults of each call."""
+    where the server gives none (a plain vLLM server). ``truncate`` and ``timeout`` are defaults of each call.
+    ``max_in_flight`` requests per replica are sent at once (fewer if the server's limit is lower); the rest wait
+    here, not in the server's queue."""
 
     def __init__(
         self,
@@ -63,6 +65,7 @@ class RemoteEngine:
         timeout: float | None = None,
         batch_size: int = 64,
         max_retries: int = 3,
+        max_in_flight: int = 8,
         revision: str | None = None,
         cache_folder: str | os.PathLike[str] | None = None,
         token: str | None = None,
@@ -74,8 +77,8 @@ class RemoteEngine:
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
         if not urls or not all(isinstance(u, str) and u.startswith(("http://", "https://")) for u in urls):
             raise ValueError(f"base_url must be an http(s) URL or a non-empty list of them, got {base_url!r}.")
-        if batch_size < 1:
-            raise ValueError(f"batch_size={batch_size} must be at least 1.")
+        if batch_size < 1 or max_in_flight < 1:
+            raise ValueError(f"batch_size={batch_size} and max_in_flight={max_in_flight} must be at least 1.")
         self.model = str(model)
         self.truncate = check_truncate(truncate)
         self.options = EngineOptions(**options)
@@ -85,6 +88,7 @@ class RemoteEngine:
             timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
             max_retries=max_retries,
             verify=verify,
+            max_in_flight=max_in_flight,
         )
         self._batch_size = batch_size
         self._loop = EngineLoop("rbln-retrieval-remote")

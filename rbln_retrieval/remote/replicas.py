@@ -51,7 +51,14 @@ class Replicas:
     """An async HTTP client over ``urls`` with the bearer ``api_key``; use it on one event loop."""
 
     def __init__(
-        self, urls: list[str], *, api_key: str | None, timeout: float, max_retries: int, verify: bool | str = True
+        self,
+        urls: list[str],
+        *,
+        api_key: str | None,
+        timeout: float,
+        max_retries: int,
+        verify: bool | str = True,
+        max_in_flight: int = 8,
     ):
         self.urls = [u.rstrip("/") for u in urls]
         self._replicas = [_Replica(u) for u in self.urls]
@@ -60,7 +67,10 @@ class Replicas:
         self._max_retries = max_retries
         self._verify = verify  # False, or a CA bundle's path for a server with a self-signed certificate
         self._client: httpx.AsyncClient | None = None
-        self._max_in_flight: int | None = None
+        # Requests in flight per replica: an engine batches across a few of them, and more only queue in the server,
+        # where a large call's last requests would wait past their timeout; here they wait without one.
+        self._per_replica = max_in_flight
+        self._max_in_flight = max_in_flight * len(self._replicas)
         self._slots: asyncio.Semaphore | None = None
         self.throttled = 0  # HTTP 429 answers seen (each one waited out and retried)
 
@@ -70,10 +80,10 @@ class Replicas:
             self._client = httpx.AsyncClient(headers=headers, timeout=self.timeout, verify=self._verify)
         return self._client
 
-    def limit_in_flight(self, per_replica: int | None) -> None:
-        """Keep at most ``per_replica`` requests per replica in flight (a server's max_concurrent_requests), so one
-        client alone never meets that server's 429."""
-        self._max_in_flight = per_replica * len(self._replicas) if per_replica else None
+    def limit_in_flight(self, server_bound: int | None) -> None:
+        """Keep the requests in flight per replica under a server's max_concurrent_requests too, so one client
+        alone never meets that server's 429."""
+        self._max_in_flight = min(self._per_replica, server_bound or self._per_replica) * len(self._replicas)
         self._slots = None
 
     async def aclose(self) -> None:
@@ -117,8 +127,6 @@ class Replicas:
 
     async def post(self, path: str, body: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
         """The JSON answer of one replica to ``body``; 4xx raise ValueError with the server's message at once."""
-        if self._max_in_flight is None:
-            return await self._post(path, body, timeout)
         if self._slots is None:  # made on the loop that uses it (a forked child has another)
             self._slots = asyncio.Semaphore(self._max_in_flight)
         async with self._slots:
