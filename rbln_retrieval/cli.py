@@ -4,14 +4,16 @@
     rbln-retrieval embed MODEL [FILE ...|-] [-o vectors.npy] [--query] [--instruction TEXT] [--dimensions N]
         [--precision int8|uint8|binary|ubinary [--ranges R.npy | --calibration C.npy]]
     rbln-retrieval rerank MODEL --query TEXT [FILE ...|-] [--top-n N]
-    rbln-retrieval serve MODEL [--host H] [--port P] [--api-key KEY]
+    rbln-retrieval serve MODEL [--host H] [--port P] [--api-key KEY] [--max-concurrent-requests N]
+        [--max-queued-tokens N] [--max-payload-bytes N] [-- VLLM_OPTION ...]
 
 MODEL is a local model directory or a Hugging Face id (org/name or org/name@revision) resolved through the
 Hugging Face cache (HF_HOME, HF_HUB_CACHE, HF_HUB_OFFLINE and HF_TOKEN apply; --cache-folder overrides the cache).
 
 Input is one text per line (blank lines are skipped) or JSONL objects with a "text" field: files ending in
 .jsonl/.ndjson are JSONL, and so is stdin when its first non-blank line is a JSON object (`--format` decides
-otherwise). Errors print one line on stderr and exit with status 1.
+otherwise). Errors print one line on stderr and exit with status 1. After `--`, serve takes vLLM's own server options
+(`--ssl-certfile`, `--uvicorn-log-level`, `--enable-log-requests`, ...; see `vllm serve --help`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any, NoReturn, TextIO
 
 from rbln_retrieval.errors import RBLNRetrievalError
 from rbln_retrieval.quiet import quiet_startup
+from rbln_retrieval.server.limits import add_limit_arguments, limits_from_args
 
 PROG = "rbln-retrieval"
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
@@ -52,11 +55,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     quiet_startup()
     argv = list(sys.argv[1:] if argv is None else argv)
     parser, commands = _parser()
+    # serve passes what follows `--` to vLLM's own parser (server/serve.py), which names any option it refuses.
+    passthrough: list[str] = []
+    if argv[:1] == ["serve"] and "--" in argv:
+        argv, passthrough = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
     if argv and argv[0] in commands:
         # Intermixed: options may come after the input files ("rerank MODEL a.txt --query Q").
         args = commands[argv[0]].parse_intermixed_args(argv[1:])
     else:
         args = parser.parse_args(argv)  # --help, or a usage error naming the commands
+    args.vllm_args = passthrough
     try:
         return int(args.run(args))
     except (RBLNRetrievalError, ValueError, TypeError, OSError) as exc:
@@ -134,13 +142,19 @@ def _parser() -> tuple[_Parser, dict[str, _Parser]]:
     )
     compile_.set_defaults(run=_compile)
 
-    serve = commands.add_parser("serve", help="vLLM's OpenAI-compatible server (embeddings, score, rerank)")
+    serve = commands.add_parser(
+        "serve",
+        help="vLLM's OpenAI-compatible server (embeddings, score, rerank)",
+        epilog="Options after `--` go to vLLM's server as they are (see `vllm serve --help`), e.g. "
+        "`-- --ssl-keyfile key.pem --ssl-certfile cert.pem --uvicorn-log-level warning`.",
+    )
     _model_arguments(serve)
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument(
         "--api-key", default=os.environ.get("RBLN_API_KEY"), help="require this bearer token (default: $RBLN_API_KEY)"
     )
+    add_limit_arguments(serve)
     serve.set_defaults(run=_serve)
     return parser, commands.choices
 
@@ -309,7 +323,15 @@ def _rerank(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from rbln_retrieval.server.serve import serve
 
-    return serve(args.model, host=args.host, port=args.port, api_key=args.api_key, **_engine_options(args))
+    return serve(
+        args.model,
+        host=args.host,
+        port=args.port,
+        api_key=args.api_key,
+        limits=limits_from_args(args),
+        vllm_args=args.vllm_args,
+        **_engine_options(args),
+    )
 
 
 def _compile(args: argparse.Namespace) -> int:

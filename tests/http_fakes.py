@@ -14,17 +14,20 @@ from typing import Any, Literal
 
 import pytest
 
-Mode = Literal["500", "garbage", "wrong-shape", "sleep", "echo-headers"]
+Mode = Literal["500", "garbage", "wrong-shape", "sleep", "echo-headers", "busy"]
 
 
 class FakeServer:
     """Answers every POST with ``mode``: HTTP 500, a 200 that is not JSON, JSON without the fields a pooling
     server sends, a reply after ``delay`` seconds, or a 400 whose body echoes the request headers (as a careless
-    proxy might). Records the time of every POST."""
+    proxy might), or (busy) HTTP 429 with ``Retry-After: retry_after`` ("": none) for the first ``busy_posts``
+    POSTs and then the sleep mode's answer. Records the time and the JSON body of every POST."""
 
-    def __init__(self, mode: Mode, delay: float = 0.0):
+    def __init__(self, mode: Mode, delay: float = 0.0, busy_posts: int = 0, retry_after: str = "1"):
         self.mode, self.delay = mode, delay
+        self.busy_posts, self.retry_after = busy_posts, retry_after
         self.posts: list[float] = []
+        self.bodies: list[Any] = []  # each POST's JSON body
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -33,22 +36,28 @@ class FakeServer:
 
             def do_POST(self) -> None:
                 server.posts.append(time.monotonic())
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                server.bodies.append(json.loads(raw) if raw else None)
                 if server.mode == "500":
                     self._reply(500, b'{"error": "internal"}')
                 elif server.mode == "garbage":
                     self._reply(200, b"<html>not json at all")
                 elif server.mode == "wrong-shape":
                     self._reply(200, b'{"object": "list"}')
+                elif server.mode == "busy" and len(server.posts) <= server.busy_posts:
+                    extra = {"Retry-After": server.retry_after} if server.retry_after else {}
+                    self._reply(429, b'{"error": {"message": "busy"}}', extra)
                 elif server.mode == "echo-headers":
                     self._reply(400, json.dumps({"error": {"message": f"bad request: {dict(self.headers)}"}}).encode())
                 else:
                     time.sleep(server.delay)
                     self._reply(200, b'{"data": []}')
 
-            def _reply(self, status: int, body: bytes) -> None:
+            def _reply(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
                 try:
                     self.send_response(status)
+                    for name, value in (headers or {}).items():
+                        self.send_header(name, value)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(body)))
                     self.end_headers()

@@ -33,16 +33,28 @@ class Server:
         api_key: str | None = None,
         env: dict[str, str] | None = None,
         options: dict | None = None,
+        tls: tuple[Path, Path] | None = None,
     ):
-        """A server of ``model`` on the CPU with ``options`` (serve()'s; default: float32)."""
+        """A server of ``model`` on the CPU with ``options`` (serve()'s; default: float32), over HTTPS with ``tls``
+        (certificate, key), which clients then verify against that certificate (``self.verify``)."""
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
+        self.verify: bool | str = str(tls[0]) if tls else True
+        options = dict(options or {"dtype": "float32"})
+        if tls:  # vLLM's own TLS options, passed through
+            options["vllm_args"] = [
+                *options.get("vllm_args", []),
+                "--ssl-certfile",
+                str(tls[0]),
+                "--ssl-keyfile",
+                str(tls[1]),
+            ]
         self.log = log
         env = {**os.environ, **(env or {}), **({"RBLN_API_KEY": api_key} if api_key else {})}
         env.pop("RBLN_API_KEY", None) if api_key is None else None
         self._log_file = log.open("wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-c", SERVE, str(model), str(self.port), json.dumps(options or {"dtype": "float32"})],
+            [sys.executable, "-c", SERVE, str(model), str(self.port), json.dumps(options)],
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
             env=env,
@@ -55,7 +67,7 @@ class Server:
             if self.process.poll() is not None:
                 raise RuntimeError(f"server exited with {self.process.returncode}: {self.log.read_text()[-2000:]}")
             try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                if httpx.get(self.url + "/health", timeout=2, verify=self.verify).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass

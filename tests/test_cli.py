@@ -201,6 +201,11 @@ def test_embed_with_chunked_long_texts_equals_engine_embed(minilm, minilm_engine
         (["embed", "no-such-org/no-such-model", "-"], "text\n", "no-such-org/no-such-model is not in the Hugging Face"),
         (["rerank", "MINILM", "--query", "q", "DIR"], None, "is a directory"),
         (["serve", "/no/such/model"], None, "/no/such/model"),
+        # vLLM's own options after `--`: ours keep precedence, a conflicting or unknown one is named.
+        (["serve", "MINILM", "--", "--port", "9"], None, "--port is set by rbln-retrieval serve itself"),
+        (["serve", "MINILM", "--", "--max-model-len", "12"], None, "--max-model-len is set by rbln-retrieval serve"),
+        (["serve", "MINILM", "--", "--no-such-flag"], None, "unrecognized arguments: --no-such-flag"),
+        (["serve", "MINILM", "--", "--api-server-count", "2"], None, "--api-server-count is not supported"),
     ],
 )
 def test_bad_input_is_one_error_line(tmp_path, minilm, args, stdin, expected):
@@ -214,4 +219,12 @@ def test_usage_errors_exit_2_with_one_line():
     assert result.returncode == 2
     assert one_error_line(result) == (
         "rbln-retrieval rerank: error: the following arguments are required: --query (see --help)"
+    )
+
+
+def test_a_negative_limit_is_a_usage_error_naming_it():
+    result = cli("serve", "somewhere", "--max-payload-bytes", "-1")
+    assert result.returncode == 2
+    assert one_error_line(result) == (
+        "rbln-retrieval serve: error: argument --max-payload-bytes: -1 is negative (0: no limit) (see --help)"
     )

@@ -43,7 +43,11 @@ def get_engine(
         from rbln_retrieval.remote.client import RemoteEngine  # httpx is imported with the first remote client
 
         urls = (base_url,) if isinstance(base_url, str) else tuple(base_url)
-        client: dict[str, Any] = {name: options.pop(name) for name in ("batch_size", "max_retries") if name in options}
+        client: dict[str, Any] = {
+            name: options.pop(name)
+            for name in ("batch_size", "max_retries", "verify", "max_in_flight")
+            if name in options
+        }
         spec = EngineSpec(
             RemoteEngine, os.fspath(model), options, base_url=urls, api_key=api_key, client={**client, **source_args}
         )

@@ -3,7 +3,9 @@
 The client learns the served model's family from the server (rbln_retrieval.remote.served_model), applies prompts
 and templates exactly as local mode does and sends raw text: remote results equal local ones. Inputs are cut into
 batches sent concurrently through rbln_retrieval.remote.replicas (spread over the healthy replicas, retried elsewhere
-with backoff), so every input gets exactly one result, in input order, or the call raises.
+with backoff), so every input gets exactly one result, in input order, or the call raises. Batches are also cut
+under the server's advertised request-size bounds, and vectors travel as base64 float32 (vLLM's
+``encoding_format="base64"``): under half of JSON's bytes, decoded by numpy 16 times faster.
 
 Imports: engines (loop, options, protocol), models (families), remote (replicas, served_model), results
 (outputs, quantize, ranking), text (inputs, prompts); numpy.
@@ -15,6 +17,7 @@ import asyncio
 import base64
 import contextvars
 import dataclasses
+import json
 import os
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from functools import partial
@@ -40,6 +43,8 @@ __all__ = ["DESCRIBE_PATH", "RemoteAuthError", "RemoteEngine", "RemoteError"]
 T = TypeVar("T")
 
 DEFAULT_TIMEOUT = 60.0
+# vLLM's embeddings in base64: little-endian float32, exact, decoded with numpy instead of JSON's float parsing.
+BASE64_FLOAT32 = {"encoding_format": "base64", "embed_dtype": "float32", "endianness": "little"}
 
 # The timeout of the call in progress (None: the client's), seen by every request the call makes.
 _call_timeout: contextvars.ContextVar[float | None] = contextvars.ContextVar("rbln_remote_timeout", default=None)
@@ -49,7 +54,9 @@ class RemoteEngine:
     """``embed``/``score``/``rerank`` (sync and async) served by one or more remote replicas.
 
     The model's family comes from the server's description; an explicit ``family`` must agree with it and is used
-    where the server gives none (a plain vLLM server). ``truncate`` and ``timeout`` are defaults of each call."""
+    where the server gives none (a plain vLLM server). ``truncate`` and ``timeout`` are defaults of each call.
+    ``max_in_flight`` requests per replica are sent at once (fewer if the server's limit is lower); the rest wait
+    here, not in the server's queue."""
 
     def __init__(
         self,
@@ -60,18 +67,20 @@ class RemoteEngine:
         timeout: float | None = None,
         batch_size: int = 64,
         max_retries: int = 3,
+        max_in_flight: int = 8,
         revision: str | None = None,
         cache_folder: str | os.PathLike[str] | None = None,
         token: str | None = None,
         local_files_only: bool = False,
         truncate: Truncate = "end",
+        verify: bool | str = True,
         **options: Any,
     ):
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
         if not urls or not all(isinstance(u, str) and u.startswith(("http://", "https://")) for u in urls):
             raise ValueError(f"base_url must be an http(s) URL or a non-empty list of them, got {base_url!r}.")
-        if batch_size < 1:
-            raise ValueError(f"batch_size={batch_size} must be at least 1.")
+        if batch_size < 1 or max_in_flight < 1:
+            raise ValueError(f"batch_size={batch_size} and max_in_flight={max_in_flight} must be at least 1.")
         self.model = str(model)
         self.truncate = check_truncate(truncate)
         self.options = EngineOptions(**options)
@@ -80,6 +89,8 @@ class RemoteEngine:
             api_key=api_key if api_key is not None else os.environ.get("RBLN_API_KEY"),
             timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
             max_retries=max_retries,
+            verify=verify,
+            max_in_flight=max_in_flight,
         )
         self._batch_size = batch_size
         self._loop = EngineLoop("rbln-retrieval-remote")
@@ -329,11 +340,12 @@ class RemoteEngine:
         if wire is not None and self._remote.quantizes:
             return np.stack(await self._batched(prompts, lambda items: self._quantized(items, payload, wire)))
 
-        async def batch(items: list[str]) -> list[list[float]]:
-            data = (await self._post("/v1/embeddings", {**payload, "input": items}))["data"]
-            return [row["embedding"] for row in sorted(data, key=lambda row: row["index"])]
+        async def batch(items: list[str]) -> list[np.ndarray]:
+            data = (await self._post("/v1/embeddings", {**payload, **BASE64_FLOAT32, "input": items}))["data"]
+            rows = sorted(data, key=lambda row: row["index"])
+            return [np.frombuffer(base64.b64decode(row["embedding"]), dtype="<f4") for row in rows]
 
-        return np.asarray(await self._batched(prompts, batch), dtype=np.float32)
+        return np.stack(await self._batched(prompts, batch)).astype(np.float32, copy=False)
 
     async def _quantized(self, items: list[str], payload: dict[str, Any], wire: dict[str, Any]) -> list[np.ndarray]:
         """One batch's rows as our server quantizes them: each row's bytes, base64, in the answer's dtype."""
@@ -372,16 +384,18 @@ class RemoteEngine:
 
             return [float(s) for s in await self._batched(prompts, batch)]
 
-        async def pairs(items: list[str]) -> list[float]:
+        async def pairs(items: list[str]) -> list[float]:  # the query travels in every request: room kept for it
             body = {"queries": query, "documents": items, **self._truncation(family, truncate)}
             data = (await self._post("/score", body))["data"]
             return [row["score"] for row in sorted(data, key=lambda row: row["index"])]
 
-        return [float(s) for s in await self._batched(docs, pairs)]
+        return [float(s) for s in await self._batched(docs, pairs, reserve=len(json.dumps(query)))]
 
-    async def _batched(self, items: list[Any], call: Callable[[list[Any]], Awaitable[list[Any]]]) -> list[Any]:
+    async def _batched(
+        self, items: list[Any], call: Callable[[list[Any]], Awaitable[list[Any]]], reserve: int = 0
+    ) -> list[Any]:
         """Run ``call`` over batches concurrently (spread over replicas) and concatenate in input order."""
-        batches = [items[i : i + self._batch_size] for i in range(0, len(items), self._batch_size)]
+        batches = self._remote.batches(items, self._batch_size, reserve)
         try:
             results = await asyncio.gather(*(call(b) for b in batches))
         except (KeyError, IndexError, TypeError) as exc:  # valid JSON, but not the answer of a pooling server

@@ -4,7 +4,8 @@ replicas serve it under.
 The server describes its model (family, prompts, dimensions, max length) on ``DESCRIBE_PATH``; the client reads it
 once, so a client that has only the model's name applies prompts and templates exactly as local mode does. A plain
 vLLM server gives no description: the family then comes from the model's config files where the client can read
-them, else from the family's defaults.
+them, else from the family's defaults. The description also advertises the server's limits, under which calls are
+cut into batches here.
 
 Imports: engines (options, protocol), errors, models (families, family_prompts, source), remote (replicas), text
 (tokens).
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,11 @@ from rbln_retrieval.remote.replicas import Replicas
 from rbln_retrieval.text.tokens import PromptTokenizer
 
 logger = logging.getLogger(__name__)
+
+# Bytes a server counts as one token when it bounds queued tokens (rbln_retrieval.server.limits.TOKEN_BYTES), and
+# what a request's body holds beside its inputs (model name, options): both kept clear of the server's bounds.
+TOKEN_BYTES = 4
+BODY_RESERVE = 4096
 
 
 class RemoteModel:
@@ -44,6 +51,8 @@ class RemoteModel:
         self._served_name: str | None = None
         self.quantizes = False  # the server answers QUANTIZED_EMBED_PATH (an `rbln-retrieval serve` server does)
         self._tokenizer: PromptTokenizer | None = None
+        # The server's advertised bounds (max_payload_bytes, max_queued_tokens, ...; empty: none known).
+        self.limits: dict[str, int | None] = {}
 
     async def described(self) -> ModelFamily:
         """The family, asked of the replicas until one answers."""
@@ -77,6 +86,9 @@ class RemoteModel:
         if description is None:
             return answered, None
         self.quantizes = description.get("quantized_embeddings") == QUANTIZED_EMBED_PATH
+        if isinstance(description.get("limits"), dict):
+            self.limits = description["limits"]
+            self._replicas.limit_in_flight(self.limits.get("max_concurrent_requests"))
         try:
             return True, ModelFamily(**description["family"])
         except (KeyError, TypeError):  # not our description: as if no replica had answered
@@ -115,6 +127,28 @@ class RemoteModel:
             document_prompt=default_document_prompt(wanted or ""),
             matryoshka=wanted in ("qwen3-embedding", "nomic", "embeddinggemma"),
         )
+
+    def batches(self, items: list[str], batch_size: int, reserve: int = 0) -> list[list[str]]:
+        """``items`` cut into consecutive batches of at most ``batch_size``, each request's body (with ``reserve``
+        bytes of other fields) under the server's max_payload_bytes and max_queued_tokens, JSON escapes counted;
+        an input over them alone is refused before any request."""
+        bounds = [self.limits.get("max_payload_bytes"), (self.limits.get("max_queued_tokens") or 0) * TOKEN_BYTES]
+        budget = min(b for b in bounds if b) - BODY_RESERVE - reserve if any(bounds) else None
+        batches: list[list[str]] = []
+        size = 0
+        for index, item in enumerate(items):
+            item_size = len(json.dumps(item)) + 2  # with ", "
+            if budget is not None and item_size > budget:
+                raise ValueError(
+                    f"Input {index} is {item_size} bytes as JSON, over the {budget} bytes a request to this server may "
+                    "hold (its max_payload_bytes and max_queued_tokens); shorten it or raise the server's limits."
+                )
+            if not batches or len(batches[-1]) >= batch_size or (budget is not None and size + item_size > budget):
+                batches.append([])
+                size = 0
+            batches[-1].append(item)
+            size += item_size
+        return batches
 
     @property
     def _name(self) -> str:

@@ -2,7 +2,8 @@
 model's description route and an API key on every route.
 
 serve.py (vLLM's serve arguments from the preset table the local engine uses; running the server), auth.py (the
-API key on every route but the probes), quantized.py (quantized embeddings on the wire).
+API key on every route but the probes), quantized.py (quantized embeddings on the wire), limits.py (backpressure:
+429 past the requests and tokens in flight, 413 past a request's size).
 
 May import: errors, quiet, models, engines, local, results, backend
 Engine libraries: vllm

@@ -1,0 +1,173 @@
+"""Backpressure in front of vLLM's app: a bound on requests in flight and on the tokens they queue (past either,
+HTTP 429 with Retry-After), and on a request's body (past it, HTTP 413 naming the limit).
+
+vLLM's server queues every request it accepts: under a burst the queue, the memory it holds and every client's
+latency grow without bound until clients time out. This pure ASGI middleware answers at once instead, so a client
+backs off (RemoteEngine honours Retry-After) and the requests in flight keep their latency. Only POSTs count: the
+probes, /metrics and the description route always answer. Queued tokens are estimated from the body's bytes
+(TOKEN_BYTES a token, English text's usual size), so the bound holds before anything is tokenized.
+
+Imports: nothing beyond the standard library (an ASGI app needs no framework; the CLI reads its options here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+TOKEN_BYTES = 4
+RETRY_AFTER_SECONDS = 1
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The server's bounds (None: unbounded). Defaults: TEI's 512 concurrent requests and 2 MB payload; 1M queued
+    tokens is about 2,000 full 512-token inputs, seconds of work for a CPU or one NPU."""
+
+    max_concurrent_requests: int | None = 512
+    max_queued_tokens: int | None = 1_000_000
+    max_payload_bytes: int | None = 2_000_000
+
+    def __post_init__(self) -> None:
+        for name, value in asdict(self).items():
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ValueError(f"{name}={value!r} must be a positive integer or None (unbounded).")
+
+    def advertised(self) -> dict[str, int | None]:
+        """What the description route tells clients, which split their calls under these bounds."""
+        return asdict(self)
+
+
+def _error(status: int, message: str, kind: str) -> tuple[int, bytes]:
+    body = {"error": {"message": message, "type": kind, "param": None, "code": status}}
+    return status, json.dumps(body).encode()
+
+
+class Backpressure:
+    """ASGI middleware bounding ``app`` by ``limits``; one instance per server process (one event loop)."""
+
+    def __init__(self, app: Any, limits: Limits):
+        self.app, self.limits = app, limits
+        self.in_flight = 0
+        self.queued_tokens = 0
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        limits = self.limits
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if limits.max_payload_bytes is not None and declared is not None and int(declared) > limits.max_payload_bytes:
+            await self._refuse(send, *self._too_large(int(declared)))
+            return
+        # Read the body here (bounded) so a chunked upload cannot pass the payload bound either; the app replays it.
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if limits.max_payload_bytes is not None and size > limits.max_payload_bytes:
+                await self._refuse(send, *self._too_large(size))
+                return
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        tokens = math.ceil(len(body) / TOKEN_BYTES)
+        if limits.max_queued_tokens is not None and tokens > limits.max_queued_tokens:
+            await self._refuse(
+                send,
+                *_error(
+                    413,
+                    f"The request holds about {tokens} tokens ({len(body)} bytes), over the server's "
+                    f"max_queued_tokens of {limits.max_queued_tokens}; split it into smaller requests.",
+                    "RequestTooLarge",
+                ),
+            )
+            return
+        busy = None
+        if limits.max_concurrent_requests is not None and self.in_flight >= limits.max_concurrent_requests:
+            busy = (
+                f"{self.in_flight} requests in flight, the max_concurrent_requests of {limits.max_concurrent_requests}"
+            )
+        elif limits.max_queued_tokens is not None and self.queued_tokens + tokens > limits.max_queued_tokens:
+            busy = f"{self.queued_tokens} tokens queued, near the max_queued_tokens of {limits.max_queued_tokens}"
+        if busy:
+            message = f"The server is busy ({busy}); retry after {RETRY_AFTER_SECONDS} s."
+            await self._refuse(send, *_error(429, message, "TooManyRequests"), retry_after=True)
+            return
+        self.in_flight += 1
+        self.queued_tokens += tokens
+        replayed = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            message: dict[str, Any] = await receive()  # then the disconnect, when the client goes
+            return message
+
+        try:
+            await self.app(scope, replay, send)
+        finally:
+            self.in_flight -= 1
+            self.queued_tokens -= tokens
+
+    def _too_large(self, size: int) -> tuple[int, bytes]:
+        return _error(
+            413,
+            f"The request body is {size} bytes, over the server's max_payload_bytes of "
+            f"{self.limits.max_payload_bytes}; split it into smaller requests.",
+            "RequestTooLarge",
+        )
+
+    @staticmethod
+    async def _refuse(send: Any, status: int, body: bytes, retry_after: bool = False) -> None:
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        if retry_after:
+            headers.append((b"retry-after", str(RETRY_AFTER_SECONDS).encode()))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def add_backpressure(app: Any, limits: Limits) -> None:
+    """Put Backpressure in front of vLLM's built ``app`` (its middleware stack already exists, as in auth.py)."""
+    app.middleware_stack = Backpressure(app.middleware_stack or app.build_middleware_stack(), limits)
+
+
+def add_limit_arguments(parser: argparse.ArgumentParser) -> None:
+    """The serve command's options for Limits' fields (0: no limit)."""
+    group = parser.add_argument_group("backpressure (0: no limit; docs/serving.md says how to size each)")
+    for name, past_it in (
+        ("max_concurrent_requests", "requests in flight; past it: HTTP 429 + Retry-After"),
+        ("max_queued_tokens", "tokens of the requests in flight, estimated as bytes/4; past it: 429"),
+        ("max_payload_bytes", "a request's body; past it: HTTP 413"),
+    ):
+        default = getattr(Limits(), name)
+        group.add_argument(
+            f"--{name.replace('_', '-')}",
+            type=_bound,
+            default=default,
+            metavar="N",
+            help=f"{past_it} (default: {default})",
+        )
+
+
+def limits_from_args(args: argparse.Namespace) -> Limits:
+    return Limits(args.max_concurrent_requests, args.max_queued_tokens, args.max_payload_bytes)
+
+
+def _bound(text: str) -> int | None:
+    """A limit on the command line: a positive integer, or 0 for none."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer (0: no limit)") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative (0: no limit)")
+    return value or None

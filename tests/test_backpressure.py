@@ -1,0 +1,150 @@
+"""Backpressure without a model: the ASGI middleware in front of a stand-in app (429 + Retry-After, 413 naming the
+limit), the client's waits on 429 against a fake server, and its batches cut under advertised limits.
+tests/test_serving.py runs the same against a real server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+from http_fakes import FakeServer
+
+from rbln_retrieval.remote import RemoteEngine, RemoteError
+from rbln_retrieval.remote.replicas import Replicas
+from rbln_retrieval.remote.served_model import RemoteModel
+from rbln_retrieval.server.limits import Backpressure, Limits
+
+
+class App:
+    """An ASGI app that holds every POST until ``release`` is set and answers 200 with the body it received."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.calls = 0
+
+    async def __call__(self, scope, receive, send) -> None:
+        self.calls += 1
+        message = await receive()
+        await self.release.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": message["body"]})
+
+
+async def request(app, body: bytes, *, method="POST", chunks: int = 1, declare: bool = True):
+    """(status, headers, body) of one request to ``app``, its body sent in ``chunks`` pieces."""
+    headers = [(b"content-length", str(len(body)).encode())] if declare else []
+    scope = {"type": "http", "method": method, "path": "/v1/embeddings", "headers": headers}
+    step = max(1, -(-len(body) // chunks))
+    pieces = [body[i : i + step] for i in range(0, len(body), step)] or [b""]
+    messages = [{"type": "http.request", "body": p, "more_body": i < len(pieces) - 1} for i, p in enumerate(pieces)]
+    sent: list[dict] = []
+
+    async def receive():
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    await app(scope, receive, send)
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    body_out = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return start["status"], dict(start["headers"]), body_out
+
+
+async def test_past_max_concurrent_requests_the_server_answers_429_with_retry_after_then_serves_again():
+    inner = App()
+    app = Backpressure(inner, Limits(max_concurrent_requests=2, max_queued_tokens=None, max_payload_bytes=None))
+    held = [asyncio.create_task(request(app, b'{"input": "a"}')) for _ in range(2)]
+    await asyncio.sleep(0.05)
+    status, headers, body = await request(app, b'{"input": "b"}')
+    assert status == 429 and headers[b"retry-after"] == b"1"
+    assert "max_concurrent_requests of 2" in json.loads(body)["error"]["message"]
+    assert inner.calls == 2  # the refused request never reached the app
+    inner.release.set()
+    assert [status for status, _, _ in await asyncio.gather(*held)] == [200, 200]
+    assert app.in_flight == 0 and app.queued_tokens == 0
+    assert (await request(app, b'{"input": "c"}'))[0] == 200
+
+
+async def test_queued_tokens_are_bounded_and_a_request_over_the_whole_budget_is_413():
+    inner = App()
+    app = Backpressure(inner, Limits(max_concurrent_requests=None, max_queued_tokens=100, max_payload_bytes=None))
+    held = asyncio.create_task(request(app, b"x" * 300))  # 75 tokens queued
+    await asyncio.sleep(0.05)
+    status, headers, body = await request(app, b"y" * 200)  # 50 more: over 100
+    assert status == 429 and b"retry-after" in headers and b"max_queued_tokens of 100" in body
+    status, _, body = await request(app, b"z" * 404)  # 101 tokens alone: never fits
+    assert status == 413 and b"max_queued_tokens of 100" in body
+    inner.release.set()
+    assert (await held)[0] == 200
+
+
+@pytest.mark.parametrize("declare", [True, False], ids=["content-length", "chunked"])
+async def test_a_body_over_max_payload_bytes_is_413_naming_the_limit(declare):
+    inner = App()
+    inner.release.set()
+    app = Backpressure(inner, Limits(max_payload_bytes=1000))
+    status, _, body = await request(app, b"x" * 1001, chunks=4, declare=declare)
+    assert status == 413 and inner.calls == 0
+    message = json.loads(body)["error"]["message"]
+    assert message.startswith("The request body is") and "max_payload_bytes of 1000" in message
+    status, _, body = await request(app, b"x" * 1000, chunks=4, declare=declare)
+    assert status == 200 and body == b"x" * 1000  # replayed whole to the app
+
+
+async def test_gets_are_never_bounded():
+    inner = App()
+    inner.release.set()
+    app = Backpressure(inner, Limits(max_concurrent_requests=1, max_payload_bytes=1))
+    app.in_flight = 1
+    assert (await request(app, b"", method="GET"))[0] == 200
+
+
+@pytest.mark.parametrize("bad", [0, -3, 1.5, True])
+def test_limits_refuse_what_is_not_a_positive_integer(bad):
+    with pytest.raises(ValueError, match=rf"max_payload_bytes={bad!r} must be a positive integer or None"):
+        Limits(max_payload_bytes=bad)
+
+
+async def test_the_client_waits_out_429_as_retry_after_says_and_it_costs_no_attempt():
+    with FakeServer("busy", busy_posts=3, retry_after="0.3") as server:
+        replicas = Replicas([server.url], api_key=None, timeout=10, max_retries=0)
+        assert await replicas.post("/v1/embeddings", {"input": []}) == {"data": []}
+        await replicas.aclose()
+    assert len(server.posts) == 4 and replicas.throttled == 3
+    assert all(0.3 <= gap < 0.3 * 1.25 + 0.2 for gap in server.gaps()), server.gaps()
+
+
+async def test_a_server_busy_past_the_timeout_is_one_error_within_it():
+    with FakeServer("busy", busy_posts=10**6, retry_after="") as server:  # no Retry-After: 1 s by default
+        replicas = Replicas([server.url], api_key=None, timeout=2.5, max_retries=3)
+        started = time.monotonic()
+        with pytest.raises(RemoteError, match=r"stayed busy \(HTTP 429\) past the call's timeout of 2.5 s"):
+            await replicas.post("/v1/embeddings", {"input": []})
+        waited = time.monotonic() - started
+        await replicas.aclose()
+    assert waited < 2.5 and 2 <= len(server.posts) <= 3, (waited, len(server.posts))
+
+
+def test_batches_stay_under_the_advertised_limits_in_order_each_input_once():
+    remote = RemoteModel("m", None, None, {})  # type: ignore[arg-type]
+    items = [f"text {i} " + "é" * (i % 50) for i in range(500)]
+    assert remote.batches(items, 64) == [items[i : i + 64] for i in range(0, 500, 64)]  # no limits known
+    remote.limits = {"max_payload_bytes": 6000, "max_queued_tokens": 10**6}
+    batches = remote.batches(items, 64, reserve=100)
+    assert [item for batch in batches for item in batch] == items
+    assert all(len(json.dumps(b)) + 100 + 4096 <= 6000 and len(b) <= 64 for b in batches) and len(batches) > 8
+    remote.limits = {"max_payload_bytes": None, "max_queued_tokens": 1100}  # 4400 bytes
+    with pytest.raises(ValueError, match=r"^Input 1 is 5004 bytes as JSON, over the 304 bytes a request"):
+        remote.batches(["short", "x" * 5000], 64)
+
+
+def test_the_client_asks_for_base64_float32(minilm):
+    """The compact transport is asked for (the real-server tests prove it decodes to local's vectors)."""
+    with FakeServer("sleep") as server, RemoteEngine(minilm, base_url=server.url, max_retries=0) as remote:
+        with pytest.raises(RemoteError, match="returned 0 results for 1 inputs"):
+            remote.embed(["a"])
+    wanted = {"encoding_format": "base64", "embed_dtype": "float32", "endianness": "little"}
+    assert server.bodies[0].items() >= wanted.items()
