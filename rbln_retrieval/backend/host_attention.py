@@ -44,6 +44,15 @@ class RowBatch:
     causal: bool
     leading: bool  # the packed prompts are the step's first ``len(tokens)`` tokens, in order
     _bias: dict[tuple[torch.dtype, int | None], torch.Tensor] = field(default_factory=dict)
+    _rows: dict[tuple[int, torch.dtype, torch.Size], torch.Tensor] = field(default_factory=dict)
+
+    def gather(self, which: int, t: torch.Tensor) -> torch.Tensor:
+        """``t``'s tokens in slot order, into a buffer every layer of the step reuses: a fresh multi-megabyte
+        tensor per layer costs about as much in first-touch page faults as the copy itself."""
+        key = (which, t.dtype, t.shape[1:])
+        if key not in self._rows:
+            self._rows[key] = t.new_empty(self.source.numel(), *t.shape[1:])
+        return torch.index_select(t, 0, self.source, out=self._rows[key])
 
     def bias(self, dtype: torch.dtype, window: int | None) -> torch.Tensor:
         """The additive ``[rows, 1, width, width]`` mask, built once per step and window (layers may differ in
@@ -137,8 +146,8 @@ def row_attention(
     heads, head_size = query.shape[1:]
     # [rows, heads, width, head_size] views of gathered [rows * width, heads, head_size] buffers.
     q, k, v = (
-        t.index_select(0, batch.source).view(count, width, t.shape[1], head_size).transpose(1, 2)
-        for t in (query, key, value)
+        batch.gather(i, t).view(count, width, t.shape[1], head_size).transpose(1, 2)
+        for i, t in enumerate((query, key, value))
     )
     out = torch.nn.functional.scaled_dot_product_attention(
         q, k, v, attn_mask=batch.bias(q.dtype, window), scale=scale, enable_gqa=k.shape[1] != heads
