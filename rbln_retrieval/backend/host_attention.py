@@ -1,7 +1,7 @@
 """The host kernels' attention: a step's short prompts packed into rows and attended in one masked call.
 
-A 4,096-token step of ~140-token prompts holds about 30 prompts. Attending to each through its own call of torch's
-fused CPU attention makes 30 small calls per layer, each a parallel region that waits for every thread; on a
+A step of short queries holds up to a few hundred prompts. Attending to each through its own call of torch's
+fused CPU attention makes hundreds of small calls per layer, each a parallel region that waits for every thread; on a
 2-core CPU with 32-wide heads the calls cost more in dispatch and barriers than in arithmetic, and on a loaded
 machine each wait can cost a scheduler time slice. So prompts up to ``ROW_WIDTH`` tokens are packed
 first-fit-decreasing into ``rows x width`` slots (``rows.ffd_offsets``, as the static steps lay theirs out), and
@@ -26,8 +26,10 @@ import torch
 
 from rbln_retrieval.backend import rows
 
-# Prompts up to this many tokens share rows; a row is at most this wide, so a mask is rows x ROW_WIDTH^2.
-ROW_WIDTH = 256
+# Prompts up to this many tokens share rows; a row is at most this wide, so a mask is rows x ROW_WIDTH^2. Measured in
+# the engine (bench/results/hostspeed.md): 1,024 queries of ~15 tokens ran 5x faster in rows; ingest passages of
+# ~140 tokens ran no faster in 256-wide rows than alone (1.5x the scored pairs, a masked kernel), so they stay alone.
+ROW_WIDTH = 64
 
 
 @dataclass
@@ -79,14 +81,16 @@ class HostPlan:
     alone: list[tuple[int, int]]
 
 
-def plan(bounds: list[tuple[int, int]], bucket: int, causal: bool) -> HostPlan:
-    """The step's layout from each prompt's (start, end) token range, in vLLM's contiguous order."""
-    short = [i for i, (start, end) in enumerate(bounds) if end - start <= ROW_WIDTH]
+def plan(bounds: list[tuple[int, int]], bucket: int, causal: bool, row_width: int | None = None) -> HostPlan:
+    """The step's layout from each prompt's (start, end) token range, in vLLM's contiguous order; prompts up to
+    ``row_width`` tokens (default ``ROW_WIDTH``) share rows."""
+    limit = ROW_WIDTH if row_width is None else row_width
+    short = [i for i, (start, end) in enumerate(bounds) if end - start <= limit]
     if len(short) < 2:
         return HostPlan(None, bounds)
-    alone = [(start, end) for start, end in bounds if end - start > ROW_WIDTH]
+    alone = [(start, end) for start, end in bounds if end - start > limit]
     lengths = [bounds[i][1] - bounds[i][0] for i in short]
-    width = min(ROW_WIDTH, rows.align(max(lengths)))
+    width = rows.align(max(lengths))
     count = -(-sum(lengths) // width)
     while (offsets := rows.ffd_offsets(lengths, (count, width))) is None:
         count += 1

@@ -195,7 +195,7 @@ def test_host_attention_matches_per_sequence_attention(causal, window, step):
     lengths, bucket = HOST_STEPS[step], 1024
     q, k, v = torch.randn(bucket, 4, 32), torch.randn(bucket, 2, 32), torch.randn(bucket, 2, 32)
     starts = np.concatenate([[0], np.cumsum(lengths)]).tolist()
-    plan = host_attention.plan(list(itertools.pairwise(starts)), bucket, causal)
+    plan = host_attention.plan(list(itertools.pairwise(starts)), bucket, causal, row_width=256)
     assert (plan.batch is None) == (step == "single")
     out = torch.full((bucket, 4, 32), float("nan"))
     host_attention.attend(q, k, v, plan, causal, 0.17, out, window)
@@ -216,7 +216,7 @@ def test_host_row_attention_in_bfloat16_is_within_rounding_of_per_prompt_calls()
     bounds, bucket = list(itertools.pairwise(starts)), 768
     q, k, v = (torch.randn(bucket, 12, 32, dtype=torch.bfloat16) for _ in range(3))
     rows, alone = (torch.zeros(bucket, 12, 32, dtype=torch.bfloat16) for _ in range(2))
-    plan = host_attention.plan(bounds, bucket, False)
+    plan = host_attention.plan(bounds, bucket, False, row_width=256)
     assert plan.batch is not None and plan.batch.shape == (3, 256) and plan.batch.leading
     host_attention.attend(q, k, v, plan, False, 32**-0.5, rows)
     host_attention.per_prompt_attention(q, k, v, bounds, False, 32**-0.5, alone)
