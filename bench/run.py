@@ -2,8 +2,10 @@
 
     HF_HUB_OFFLINE=1 TORCH_DEVICE_BACKEND_AUTOLOAD=0 .venv/bin/python bench/run.py [--quick]
 
-Writes bench/results/results.json, results.md (the README's tables) and PNG plots. Systems run alternately
-within each workload and the medians of the repeats are reported, so load from elsewhere hits all of them.
+Writes bench/results/results.json, results.md (the README's tables; also as results-<CPU class>.md, the latest run
+per class), history/<date>-<CPU class>.json (every run) and PNG plots; the tables name the CPU and its class.
+Systems run alternately within each workload and the medians of the repeats are reported, so load from elsewhere
+hits all of them.
 Workloads (see workloads.py): ingest, warm single-query latency against a bare torch forward, 1 x 100 rerank,
 64 concurrent async callers against one sequential caller, cold start to the first vector, and padding.
 """
@@ -200,6 +202,13 @@ def main() -> None:
     (args.out / "results.json").write_text(json.dumps(results, indent=1, default=str))
     markdown = report.markdown(results, tag)
     (args.out / "results.md").write_text(markdown)
+    # The latest run per CPU class (the README's tables for that class) and every run's figures, by date and class.
+    cpu_class = results["machine"]["cpu_class"]
+    (args.out / f"results-{cpu_class}.md").write_text(markdown)
+    history = args.out / "history"
+    history.mkdir(exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M", time.gmtime(started))
+    (history / f"{stamp}-{cpu_class}.json").write_text(json.dumps(results, indent=1, default=str))
     report.plots(results, args.out)
     print(markdown)
 

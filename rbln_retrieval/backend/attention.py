@@ -16,10 +16,11 @@ Two implementations (``BundledConfig.kernels``), both parity-tested against the 
   matmuls and softmax) whose shapes depend on the shape only, traced into the compiled graph (the platform turns
   vLLM's opaque attention op off for it): what a static-shape NPU graph needs. Padding slots attend among
   themselves so they stay finite.
-- ``host``: behind vLLM's opaque attention op, each prompt's rows attend among themselves through torch's fused
-  CPU attention (flash kernel), padding rows zeroed. vLLM's own CPU kernel would first copy every layer's keys
-  and values into a scratch cache and needs per-step scheduler metadata; on short packed prompts that costs more
-  than the attention itself (bench/ingest_profile.py shows both).
+- ``host``: behind vLLM's opaque attention op, torch's fused CPU attention (flash kernel): the step's short prompts
+  packed into rows and attended in one block-diagonal masked call, longer ones one call each
+  (``host_attention``), padding rows zeroed. vLLM's own CPU kernel would first copy every layer's keys and values
+  into a scratch cache and needs per-step scheduler metadata; on short packed prompts that costs more than the
+  attention itself (bench/ingest_profile.py shows both).
 
 No step reads KV context (the bundled runner turns chunked prefill and prefix caching off), so nothing is
 written to the KV cache: pooling requests finish in the step that computes them.
@@ -37,6 +38,7 @@ from vllm.v1.attention.backend import AttentionImpl, AttentionMetadataBuilder, A
 from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
 from vllm.v1.kv_cache_interface import AttentionSpec, EncoderOnlyAttentionSpec
 
+from rbln_retrieval.backend import host_attention
 from rbln_retrieval.backend.config import BundledConfig
 
 # Query slots per masked-attention tile: bounds the static path's score tensor at heads x TILE x row width.
@@ -51,8 +53,8 @@ class PackedAttentionMetadata:
     # static path: request index per slot, padding -1 (it attends only among itself); the runner replaces the
     # builder's contiguous [tokens] with its layout's [rows, width]
     seq_ids: torch.Tensor
-    # host path: each prompt's (start, end) rows (None on the static path)
-    bounds: list[tuple[int, int]] | None = None
+    # host path: the step's layout for host_attention (None on the static path)
+    host: host_attention.HostPlan | None = None
 
 
 class PackedAttentionMetadataBuilder(AttentionMetadataBuilder[PackedAttentionMetadata]):
@@ -83,11 +85,10 @@ class PackedAttentionMetadataBuilder(AttentionMetadataBuilder[PackedAttentionMet
         # int32 sequence indices, as vllm-rbln casts them for the NPU.
         seq_ids = torch.full((bucket,), -1, dtype=torch.int32)
         seq_ids[:real] = torch.repeat_interleave(torch.arange(cm.num_reqs, dtype=torch.int32), query_lens)
-        bounds = None
+        host = None
         if self.host:
-            starts = query_start.tolist()
-            bounds = list(itertools.pairwise(starts))
-        return PackedAttentionMetadata(bucket, real, causal, seq_ids, bounds)
+            host = host_attention.plan(list(itertools.pairwise(query_start.tolist())), bucket, causal)
+        return PackedAttentionMetadata(bucket, real, causal, seq_ids, host)
 
 
 class PackedAttentionImpl(AttentionImpl[PackedAttentionMetadata]):
@@ -136,8 +137,8 @@ class PackedAttentionImpl(AttentionImpl[PackedAttentionMetadata]):
         if attn_metadata is None:  # vLLM's profiling pass
             return output
         md = attn_metadata
-        if md.bounds is not None:
-            per_prompt_attention(query, key, value, md.bounds, md.causal, self.scale, output, self.sliding_window)
+        if md.host is not None:
+            host_attention.attend(query, key, value, md.host, md.causal, self.scale, output, self.sliding_window)
             output[md.num_real_tokens : md.num_actual_tokens].zero_()
             return output
         output[: md.num_actual_tokens] = packed_attention(
@@ -150,52 +151,6 @@ class PackedAttentionImpl(AttentionImpl[PackedAttentionMetadata]):
             self.sliding_window,
         )
         return output
-
-
-def per_prompt_attention(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    bounds: list[tuple[int, int]],
-    causal: bool,
-    scale: float,
-    output: torch.Tensor,
-    window: int | None = None,
-) -> None:
-    """Each prompt's rows attend among themselves through torch's fused attention, written into ``output``'s
-    first rows (one per prompt token). A prompt no longer than the window needs no mask."""
-    if not bounds:
-        return
-    gqa = key.shape[1] != query.shape[1]
-    # [1, heads, tokens, head_size] views: torch's CPU flash kernel takes 4-d inputs only (else its math path).
-    q, k, v = (t.transpose(0, 1).unsqueeze(0) for t in (query, key, value))
-    parts = []
-    for start, end in bounds:
-        windowed = window is not None and end - start > window
-        mask = window_mask(end - start, window, causal) if windowed else None
-        parts.append(
-            torch.nn.functional.scaled_dot_product_attention(
-                q[:, :, start:end],
-                k[:, :, start:end],
-                v[:, :, start:end],
-                attn_mask=mask,
-                is_causal=causal and not windowed,
-                scale=scale,
-                enable_gqa=gqa,
-            )
-        )
-    # One copy per layer rather than one per prompt (every copy is a parallel region, each a wait for all threads).
-    # The CPU kernel returns [1, heads, tokens, head_size] views of [tokens, heads, head_size] buffers, so the
-    # transposes below are contiguous and the concatenation lands in ``output`` as plain block copies.
-    torch.cat([part[0].transpose(0, 1) for part in parts], dim=0, out=output[: bounds[-1][1]])
-
-
-def window_mask(tokens: int, window: int, causal: bool) -> torch.Tensor:
-    """Which keys (columns) each query (row) of one prompt may see in a window of ``window`` (vLLM's convention)."""
-    positions = torch.arange(tokens)
-    offset = positions[:, None] - positions[None, :]
-    allowed = offset.abs() < window
-    return allowed & (offset >= 0) if causal else allowed
 
 
 def packed_attention(

@@ -180,21 +180,47 @@ def test_static_attention_matches_per_sequence_attention(causal, window):
     assert torch.isfinite(out[real:]).all(), "padding rows feed later layers and must stay finite"
 
 
+# Host steps: short prompts sharing rows with a long one alone between them (mixed), short prompts only (their
+# results land in order), and one prompt (no rows: one unmasked call).
+HOST_STEPS = {"mixed": [5, 1, 300, 37, 200, 90], "short": [5, 1, 37, 200, 90, 64], "single": [37]}
+
+
+@pytest.mark.parametrize("step", sorted(HOST_STEPS))
 @pytest.mark.parametrize(("causal", "window"), ATTENTION_CASES)
-def test_host_attention_matches_per_sequence_attention(causal, window):
+def test_host_attention_matches_per_sequence_attention(causal, window, step):
     """The host path: grouped-query heads, a one-token prompt, padding rows left for the caller to zero."""
-    from rbln_retrieval.backend import attention
+    from rbln_retrieval.backend import host_attention
 
     torch.manual_seed(0)
-    lengths, bucket = [5, 1, 300, 37], 512
+    lengths, bucket = HOST_STEPS[step], 1024
     q, k, v = torch.randn(bucket, 4, 32), torch.randn(bucket, 2, 32), torch.randn(bucket, 2, 32)
-    starts = [0, 5, 6, 306, 343]
+    starts = np.concatenate([[0], np.cumsum(lengths)]).tolist()
+    plan = host_attention.plan(list(itertools.pairwise(starts)), bucket, causal, row_width=256)
+    assert (plan.batch is None) == (step == "single")
     out = torch.full((bucket, 4, 32), float("nan"))
-    attention.per_prompt_attention(q, k, v, list(itertools.pairwise(starts)), causal, 0.17, out, window)
+    host_attention.attend(q, k, v, plan, causal, 0.17, out, window)
     real = sum(lengths)
     expected = _per_sequence(q[:real], k[:real], v[:real], lengths, causal, 0.17, window)
     assert (out[:real] - expected).abs().max() <= FP32_ACROSS_KERNELS
     assert out[real:].isnan().all(), "rows past the prompts are not written"
+
+
+def test_host_row_attention_in_bfloat16_is_within_rounding_of_per_prompt_calls():
+    """One masked call over rows against one call per prompt, both bf16 through the same fused kernel: masked keys
+    weigh exactly zero, so they differ by the order of the kernel's sums only."""
+    from rbln_retrieval.backend import host_attention
+
+    torch.manual_seed(0)
+    lengths = [140, 3, 256, 77, 12, 200, 31]
+    starts = np.concatenate([[0], np.cumsum(lengths)]).tolist()
+    bounds, bucket = list(itertools.pairwise(starts)), 768
+    q, k, v = (torch.randn(bucket, 12, 32, dtype=torch.bfloat16) for _ in range(3))
+    rows, alone = (torch.zeros(bucket, 12, 32, dtype=torch.bfloat16) for _ in range(2))
+    plan = host_attention.plan(bounds, bucket, False, row_width=256)
+    assert plan.batch is not None and plan.batch.shape == (3, 256) and plan.batch.leading
+    host_attention.attend(q, k, v, plan, False, 32**-0.5, rows)
+    host_attention.per_prompt_attention(q, k, v, bounds, False, 32**-0.5, alone)
+    assert (rows.float() - alone.float()).abs().max() <= 2 * 2**-8 * alone.float().abs().max()
 
 
 def test_a_window_changes_the_result():
@@ -266,9 +292,18 @@ def test_wrapped_encoder_only_builder_takes_only_vllms_arguments():
     metadata = builders["static"].build(0, common, False)
     assert (metadata.num_actual_tokens, metadata.num_real_tokens, metadata.causal) == (8, 5, False)
     assert metadata.seq_ids.tolist() == [0, 0, 0, 1, 1, -1, -1, -1]
-    assert metadata.bounds is None
+    assert metadata.host is None
     host = builders["host"].build(0, common, False)
-    assert (host.num_actual_tokens, host.num_real_tokens, host.causal, host.bounds) == (8, 5, False, [(0, 3), (3, 5)])
+    assert (host.num_actual_tokens, host.num_real_tokens, host.causal) == (8, 5, False)
+    assert host.host is not None and host.host.batch is not None and host.host.batch.shape == (1, 64)
+    assert host.host.batch.source[:5].tolist() == [0, 1, 2, 3, 4] and host.host.batch.seq[0, :6].tolist() == [
+        0,
+        0,
+        0,
+        1,
+        1,
+        -6,
+    ]
     assert common.causal is True, "the wrapper copies the metadata before it sets causal=False"
 
 
