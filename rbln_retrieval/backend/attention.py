@@ -63,7 +63,9 @@ class PackedAttentionMetadataBuilder(AttentionMetadataBuilder[PackedAttentionMet
     ) -> None:
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
         self.encoder_only = isinstance(kv_cache_spec, EncoderOnlyAttentionSpec)
-        self.host = BundledConfig.from_vllm_config(vllm_config).kernels == "host"
+        bundled = BundledConfig.from_vllm_config(vllm_config)
+        self.host = bundled.kernels == "host"
+        self.row_width = bundled.host_row_width
 
     def build(
         self,
@@ -87,7 +89,7 @@ class PackedAttentionMetadataBuilder(AttentionMetadataBuilder[PackedAttentionMet
         seq_ids[:real] = torch.repeat_interleave(torch.arange(cm.num_reqs, dtype=torch.int32), query_lens)
         host = None
         if self.host:
-            host = host_attention.plan(list(itertools.pairwise(query_start.tolist())), bucket, causal)
+            host = host_attention.plan(list(itertools.pairwise(query_start.tolist())), bucket, causal, self.row_width)
         return PackedAttentionMetadata(bucket, real, causal, seq_ids, host)
 
 

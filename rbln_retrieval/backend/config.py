@@ -6,6 +6,10 @@ Callers tune them through ``PoolingEngine(..., engine_kwargs={"additional_config
 - ``buckets``: host kernels: explicit token-count buckets (default: ``buckets.derive_buckets``, at most 16);
 - ``shapes``: static kernels: explicit ``[rows, width]`` step shapes (default: ``rows.derive_shapes``, at most 16),
   each width a multiple of 64; ``row_width``: the width of multi-row shapes (default 256);
+- ``host_row_width``: host kernels only: prompts of up to this many tokens (64 is the measured choice) share rows and
+  one block-diagonal masked attention call per layer (``host_attention``): 5x on batches of short queries here, but
+  a short text's vector then depends on its step's other prompts by float rounding (about 1e-7), so it is off (0)
+  unless asked for;
 - ``step_cost_tokens``: a step's fixed cost in tokens, which the packing scheduler weighs against padding
   (default 64; raise it where a graph launch costs more than that much compute);
 - ``kernels``: "host" (the host default: torch's fused CPU attention per packed prompt and vLLM's C RMSNorm,
@@ -64,6 +68,8 @@ class BundledConfig:
     # Upstream vllm-rbln's prefill: one request per step padded to a single bucket (for comparison only).
     one_request_per_step: bool = False
     step_cost_tokens: int = DEFAULT_STEP_COST_TOKENS
+    # host kernels: prompts up to this many tokens share rows and one masked attention call per layer (0: off)
+    host_row_width: int = 0
     compile_only: bool = False
     cache_key: dict[str, Any] = field(default_factory=dict)
     # The rbln target's pins, checked against the cache's manifest rather than keyed (artifacts.check).
@@ -115,7 +121,14 @@ class BundledConfig:
         return Path(self.cache_root or cache_root()) / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
 
-TUNABLE = ("kernels", "host_compile_backend", "one_request_per_step", "step_cost_tokens", "compile_only")
+TUNABLE = (
+    "kernels",
+    "host_compile_backend",
+    "one_request_per_step",
+    "step_cost_tokens",
+    "compile_only",
+    "host_row_width",
+)
 
 
 def _static_shapes(settings: dict[str, Any], max_length: int, max_tokens: int | None) -> list[row_shapes.Shape]:

@@ -26,9 +26,11 @@ import torch
 
 from rbln_retrieval.backend import rows
 
-# Prompts up to this many tokens share rows; a row is at most this wide, so a mask is rows x ROW_WIDTH^2. Measured in
-# the engine (bench/results/hostspeed.md): 1,024 queries of ~15 tokens ran 5x faster in rows; ingest passages of
-# ~140 tokens ran no faster in 256-wide rows than alone (1.5x the scored pairs, a masked kernel), so they stay alone.
+# The width to ask for (``host_row_width``): prompts up to this many tokens share rows, a row at most this wide, so a
+# mask is rows x width^2. Measured in the engine (bench/results/hostspeed.md): 1,024 queries of ~15 tokens ran 5x
+# faster in rows; ingest passages of ~140 tokens ran no faster in 256-wide rows than alone (1.5x the scored pairs, a
+# masked kernel). Off by default: a masked call sums in another order than a prompt's own call, so a short text's
+# vector would depend on the other prompts of its step (by about 1e-7); one call per prompt keeps it batch-invariant.
 ROW_WIDTH = 64
 
 
@@ -83,7 +85,7 @@ class HostPlan:
 
 def plan(bounds: list[tuple[int, int]], bucket: int, causal: bool, row_width: int | None = None) -> HostPlan:
     """The step's layout from each prompt's (start, end) token range, in vLLM's contiguous order; prompts up to
-    ``row_width`` tokens (default ``ROW_WIDTH``) share rows."""
+    ``row_width`` tokens (default ``ROW_WIDTH``; 0: none) share rows."""
     limit = ROW_WIDTH if row_width is None else row_width
     short = [i for i, (start, end) in enumerate(bounds) if end - start <= limit]
     if len(short) < 2:

@@ -270,7 +270,9 @@ def test_wrapped_encoder_only_builder_takes_only_vllms_arguments():
         kernels: wrapped(
             spec,
             [],
-            VllmConfig(additional_config={"rbln_retrieval": {"buckets": [8], "kernels": kernels}}),
+            VllmConfig(
+                additional_config={"rbln_retrieval": {"buckets": [8], "kernels": kernels, "host_row_width": 64}}
+            ),
             torch.device("cpu"),
         )
         for kernels in ("static", "host")
