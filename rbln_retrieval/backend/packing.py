@@ -101,7 +101,9 @@ class PackingScheduler(Scheduler):
         self.buckets = [b for b in bundled.buckets if b <= self.max_num_scheduled_tokens]
         self.step_cost = bundled.step_cost_tokens
         self.shapes = bundled.shapes if bundled.rows else None
-        self.costs = rows.Costs(rows.attention_ratio(self.vllm_config.model_config.hf_text_config), self.step_cost)
+        if self.shapes is not None:
+            ratio = rows.attention_ratio(self.vllm_config.model_config.hf_text_config)
+            self.costs = rows.Costs(ratio, self.step_cost)
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         # Pooling requests finish in the step that computes them; with requests still running (another

@@ -97,7 +97,9 @@ class BundledModelRunner(CPUModelRunner):
         self.heads = decompose(self.model.pooler, list(self.get_supported_pooling_tasks()))
         self.methods = sorted({head.method for head in self.heads.values()})
         self.takes_token_types = "token_type_ids" in _parameters(self.model.forward)
-        self.costs = rows.Costs(rows.attention_ratio(self.model_config.hf_text_config), self.bundled.step_cost_tokens)
+        if self.bundled.rows:  # static steps only: the host's token buckets need no attention cost
+            ratio = rows.attention_ratio(self.model_config.hf_text_config)
+            self.costs = rows.Costs(ratio, self.bundled.step_cost_tokens)
         if self.bundled.kernels == "host":
             self.in_place_blocks = write_in_place(self.model)
         self._graph = self._forward_and_pool
