@@ -212,6 +212,38 @@ def test_a_closed_engine_is_freed_even_when_vllm_was_first_imported_during_its_s
     assert "Exception ignored" not in result.stderr, result.stderr[-2000:]
 
 
+LEFT_OPEN_WITH_ITS_STDOUT_CLOSED = """
+import os, sys
+from rbln_retrieval import PoolingEngine
+
+if __name__ == "__main__":
+    os.environ["VLLM_LOGGING_LEVEL"] = "INFO"  # a user who asked for vLLM's logs (the suite's backend tests get INFO)
+    captured = open(sys.argv[2], "w")
+    sys.stdout = captured  # as pytest's capture does, and closes before the interpreter's exit hooks run
+    engine = PoolingEngine(sys.argv[1], in_process=False)  # the engine-process client logs its shutdown
+    engine.embed(["one text"])
+    captured.close()
+"""
+
+
+def test_an_engine_left_open_closes_at_exit_without_logging_errors(minilm, tmp_path):
+    # vLLM logs its shutdown through a handler bound to the stdout of its import; writing to a closed stream
+    # printed a "Logging error" traceback per message after the program's (and CI's) last line.
+    script = tmp_path / "left_open.py"
+    script.write_text(LEFT_OPEN_WITH_ITS_STDOUT_CLOSED)
+    before = engine_processes()
+    result = subprocess.run(
+        [sys.executable, str(script), str(minilm), str(tmp_path / "stdout.txt")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Logging error" not in result.stderr, result.stderr[-2000:]
+    assert_no_new_engine_processes(before)
+
+
 # -- the caller gives up -------------------------------------------------------------------------------------------
 async def test_cancelled_async_call_aborts_its_requests(any_engine):
     expected = any_engine.embed(INGEST[:8])

@@ -10,6 +10,8 @@ import pytest
 
 PUBLIC = {
     "rbln_retrieval": [
+        "Chunk",
+        "ChunkedEmbedding",
         "DeviceUnavailableError",
         "EngineDeadError",
         "EngineHolder",

@@ -127,6 +127,9 @@ def close_at_exit(engine: Any) -> None:
 
 
 def _close_open_engines() -> None:
+    # vLLM logs its shutdown through handlers whose streams may be closed by now (pytest's capture, a closed pipe):
+    # drop those messages rather than print a "Logging error" traceback for each after the program's last output.
+    logging.raiseExceptions = False
     _registry.close_all()
     for engine in list(_open_engines):
         try:
