@@ -6,13 +6,14 @@ Callers tune them through ``PoolingEngine(..., engine_kwargs={"additional_config
 - ``buckets``: host kernels: explicit token-count buckets (default: ``buckets.derive_buckets``, at most 16);
 - ``shapes``: static kernels: explicit ``[rows, width]`` step shapes (default: ``rows.derive_shapes``, at most 16),
   each width a multiple of 64; ``row_width``: the width of multi-row shapes (default 256);
-- ``host_row_width``: host kernels only: prompts of up to this many tokens (64 is the measured choice) share rows and
-  one block-diagonal masked attention call per layer (``host_attention``): 5x on batches of short queries here, but
-  a short text's vector then depends on its step's other prompts by float rounding (about 1e-7), so it is off (0)
-  unless asked for;
+- ``host_row_width``: host kernels, layers vLLM's CPU attention kernel does not take only: prompts of up to this
+  many tokens (64 is the measured choice) share rows and one block-diagonal masked attention call per layer
+  (``host_attention``): 5x on batches of short queries here, but a short text's vector then depends on its step's
+  other prompts by float rounding (about 1e-7), so it is off (0) unless asked for;
 - ``step_cost_tokens``: a step's fixed cost in tokens, which the packing scheduler weighs against padding
   (default 64; raise it where a graph launch costs more than that much compute);
-- ``kernels``: "host" (the host default: torch's fused CPU attention per packed prompt and vLLM's C RMSNorm,
+- ``kernels``: "host" (the host default: vLLM's CPU attention kernel over the step, else torch's fused CPU attention
+  per packed prompt, and vLLM's C RMSNorm,
   called outside the graph, and BERT blocks' GELU and residual adds written in place) or "static" (everything in
   torch ops traced into the bucket graph, masked bucket attention included: what the NPU compiles, and always used
   there);
@@ -59,7 +60,7 @@ class BundledConfig:
     target: Literal["host", "rbln"] = "host"
     buckets: tuple[int, ...] = ()  # tokens per graph
     rows: tuple[int, ...] = ()  # static kernels: rows per graph (its row width is bucket // rows); host: empty
-    # "host": CPU kernels (fused attention per prompt, vLLM's RMSNorm); "static": torch ops only, in the graph.
+    # "host": CPU kernels (vLLM's attention, else torch's per prompt; vLLM's RMSNorm); "static": torch ops only.
     kernels: Literal["host", "static"] = "host"
     # host target only: the torch.compile backend that runs the graphs ("eager" traces without codegen). "none"
     # skips tracing: about 0.5 s per bucket at every start, and the CPU gains nothing from an uncompiled trace.

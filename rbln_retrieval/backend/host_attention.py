@@ -14,7 +14,13 @@ Masked keys get exactly zero weight, so each prompt's result is the per-prompt r
 floating-point sums (within the float32 parity bound). Padding slots attend to themselves only: finite, never
 read back.
 
-May import: the standard library, numpy, torch, ``rbln_retrieval.backend.rows``.
+A step that vLLM's CPU attention kernel can take (its head sizes and dtypes; bfloat16 only where AVX-512 converts
+exactly) goes through that kernel instead (``KernelPlan``): one call per layer over every prompt, its keys and
+values first copied into a per-step scratch cache. Its scheduler metadata is built with KV splitting off, so each
+query's sum runs over its own prompt's keys in one fixed order: results stay batch-invariant.
+
+May import: the standard library, numpy, torch, vLLM's custom ops, ``rbln_retrieval.backend.rows``,
+``rbln_retrieval.cpu_features``.
 """
 
 from __future__ import annotations
@@ -23,7 +29,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from vllm import _custom_ops as ops
 
+from rbln_retrieval import cpu_features
 from rbln_retrieval.backend import rows
 
 # The width to ask for (``host_row_width``): prompts up to this many tokens share rows, a row at most this wide, so a
@@ -75,12 +83,112 @@ class RowBatch:
 
 
 @dataclass
+class KernelPlan:
+    """One step for vLLM's CPU attention kernel: each prompt's keys and values go to its own blocks of ``cache``
+    (``[blocks, kv_heads, block_size, 2 * head_size]``, shared by every layer of the step, each overwriting it)."""
+
+    query_start_loc: torch.Tensor
+    seq_lens: torch.Tensor
+    block_table: torch.Tensor
+    slot_mapping: torch.Tensor
+    scheduler_metadata: torch.Tensor
+    cache: torch.Tensor
+    tokens: int
+    causal: bool
+    isa: str
+
+
+@dataclass
 class HostPlan:
-    """One step's host attention: the short prompts' rows (None when fewer than two) and the other prompts'
-    (start, end) token ranges."""
+    """One step's host attention: vLLM's kernel over every prompt (``kernel``), else the short prompts' rows (None
+    when fewer than two) and the other prompts' (start, end) token ranges."""
 
     batch: RowBatch | None
     alone: list[tuple[int, int]]
+    kernel: KernelPlan | None = None
+
+
+@dataclass(frozen=True)
+class KernelShape:
+    """What vLLM's CPU kernel needs to know of a layer group: heads, head size, dtype, the group's shared window
+    (-1: none or not shared), the kernel's ISA and block size."""
+
+    heads: int
+    kv_heads: int
+    head_size: int
+    dtype: torch.dtype
+    window: int
+    isa: str
+    block_size: int
+
+
+def kernel_fits(head_size: int, dtype: torch.dtype) -> bool:
+    """Whether vLLM's CPU kernel computes this layer exactly as torch's would to within rounding: its head sizes
+    are multiples of 16, and its AVX2 build truncates float32 to bfloat16 (see host_kernels)."""
+    exact = (torch.float32, torch.bfloat16) if cpu_features.avx512() else (torch.float32,)
+    return head_size % 16 == 0 and dtype in exact
+
+
+def kernel_plan(shape: KernelShape, query_start_loc: torch.Tensor, causal: bool) -> KernelPlan:
+    """The step's kernel plan from vLLM's ``query_start_loc`` (prompts contiguous from token 0, no KV context)."""
+    starts = query_start_loc.to(torch.int32)
+    seq_lens = starts[1:] - starts[:-1]
+    block_size = shape.block_size
+    blocks = (seq_lens + block_size - 1) // block_size
+    first_block = torch.zeros_like(blocks)
+    torch.cumsum(blocks[:-1], 0, out=first_block[1:])
+    block_table = first_block[:, None] + torch.arange(int(blocks.max()), dtype=torch.int32)[None, :]
+    tokens = int(starts[-1])
+    # Token j of prompt r sits at slot j of its prompt's blocks, which follow one another.
+    within = torch.arange(tokens, dtype=torch.int64) - torch.repeat_interleave(starts[:-1].long(), seq_lens.long())
+    slot_mapping = torch.repeat_interleave(first_block.long() * block_size, seq_lens.long()) + within
+    metadata = ops.cpu_attn_get_scheduler_metadata(
+        num_reqs=seq_lens.numel(),
+        num_heads=shape.heads,
+        num_kv_heads=shape.kv_heads,
+        head_dim=shape.head_size,
+        seq_lens=seq_lens,
+        dtype=shape.dtype,
+        query_start_loc=starts,
+        causal=causal,
+        sliding_window_size=shape.window,
+        isa=shape.isa,
+        enable_kv_split=False,  # a split sums a query's keys in an order that depends on the rest of the step
+    )
+    cache = torch.zeros(int(blocks.sum()), shape.kv_heads, block_size, 2 * shape.head_size, dtype=shape.dtype)
+    return KernelPlan(starts, seq_lens, block_table, slot_mapping, metadata, cache, tokens, causal, shape.isa)
+
+
+def kernel_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    plan: KernelPlan,
+    scale: float,
+    output: torch.Tensor,
+    window: int | None,
+) -> None:
+    """Every prompt of the step through vLLM's CPU kernel, written into ``output``'s first ``plan.tokens`` rows."""
+    n = plan.tokens
+    blocks, kv_heads, block_size, _ = plan.cache.shape
+    key_cache, value_cache = plan.cache.view(blocks, kv_heads, 2 * block_size, -1).chunk(2, dim=2)
+    ops.cpu_attn_reshape_and_cache(key[:n], value[:n], key_cache, value_cache, plan.slot_mapping, plan.isa)
+    ops.cpu_attention_with_kv_cache(
+        query=query[:n],
+        key_cache=key_cache,
+        value_cache=value_cache,
+        output=output[:n],
+        query_start_loc=plan.query_start_loc,
+        seq_lens=plan.seq_lens,
+        scale=scale,
+        causal=plan.causal,
+        alibi_slopes=None,
+        sliding_window=-1 if window is None else window,
+        block_table=plan.block_table,
+        softcap=0,
+        scheduler_metadata=plan.scheduler_metadata,
+        s_aux=None,
+    )
 
 
 def plan(bounds: list[tuple[int, int]], bucket: int, causal: bool, row_width: int | None = None) -> HostPlan:
@@ -129,6 +237,9 @@ def attend(
     window: int | None = None,
 ) -> None:
     """Writes each prompt's attention into ``output``'s rows of its tokens; rows past the prompts are untouched."""
+    if step.kernel is not None:
+        kernel_attention(query, key, value, step.kernel, scale, output, window)
+        return
     if step.batch is None:
         per_prompt_attention(query, key, value, step.alone, causal, scale, output, window)
         return

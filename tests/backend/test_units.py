@@ -185,18 +185,33 @@ def test_static_attention_matches_per_sequence_attention(causal, window):
 HOST_STEPS = {"mixed": [5, 1, 300, 37, 200, 90], "short": [5, 1, 37, 200, 90, 64], "single": [37]}
 
 
+def _kernel_shape(dtype, window=None, heads=4, kv_heads=2):
+    from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
+
+    from rbln_retrieval.backend import host_attention
+
+    isa = _get_attn_isa(dtype, 128, 32)
+    return host_attention.KernelShape(heads, kv_heads, 32, dtype, -1 if window is None else window, isa, 128)
+
+
+@pytest.mark.parametrize("kernel", ["torch", "vllm"])
 @pytest.mark.parametrize("step", sorted(HOST_STEPS))
 @pytest.mark.parametrize(("causal", "window"), ATTENTION_CASES)
-def test_host_attention_matches_per_sequence_attention(causal, window, step):
-    """The host path: grouped-query heads, a one-token prompt, padding rows left for the caller to zero."""
+def test_host_attention_matches_per_sequence_attention(causal, window, step, kernel):
+    """The host path, through torch's fused attention (short prompts in rows) or vLLM's CPU kernel over the step:
+    grouped-query heads, a one-token prompt, a prompt over one cache block, padding rows left for the caller."""
     from rbln_retrieval.backend import host_attention
 
     torch.manual_seed(0)
     lengths, bucket = HOST_STEPS[step], 1024
     q, k, v = torch.randn(bucket, 4, 32), torch.randn(bucket, 2, 32), torch.randn(bucket, 2, 32)
-    starts = np.concatenate([[0], np.cumsum(lengths)]).tolist()
-    plan = host_attention.plan(list(itertools.pairwise(starts)), bucket, causal, row_width=256)
-    assert (plan.batch is None) == (step == "single")
+    starts = np.concatenate([[0], np.cumsum(lengths)])
+    if kernel == "vllm":
+        shape = _kernel_shape(torch.float32, window)
+        plan = host_attention.HostPlan(None, [], host_attention.kernel_plan(shape, torch.tensor(starts), causal))
+    else:
+        plan = host_attention.plan(list(itertools.pairwise(starts.tolist())), bucket, causal, row_width=256)
+        assert (plan.batch is None) == (step == "single")
     out = torch.full((bucket, 4, 32), float("nan"))
     host_attention.attend(q, k, v, plan, causal, 0.17, out, window)
     real = sum(lengths)
@@ -221,6 +236,37 @@ def test_host_row_attention_in_bfloat16_is_within_rounding_of_per_prompt_calls()
     host_attention.attend(q, k, v, plan, False, 32**-0.5, rows)
     host_attention.per_prompt_attention(q, k, v, bounds, False, 32**-0.5, alone)
     assert (rows.float() - alone.float()).abs().max() <= 2 * 2**-8 * alone.float().abs().max()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_vllm_kernel_host_attention_is_batch_invariant(dtype):
+    """A prompt's result is bit-identical alone and among others at any place in a step (KV splitting off): the
+    frameworks' and the cache's exact-equality guarantees rest on it."""
+    from rbln_retrieval.backend import host_attention
+
+    if not host_attention.kernel_fits(32, dtype):
+        pytest.skip("vLLM's kernel is not used for this dtype on this CPU (AVX2 build: bfloat16 by truncation)")
+    torch.manual_seed(0)
+    prompt = 140
+    q, k, v = (torch.randn(prompt, 12, 32, dtype=dtype) for _ in range(3))
+
+    def run(before, after):
+        lengths = [*before, prompt, *after]
+        parts = [[torch.randn(n, 12, 32, dtype=dtype) for n in lengths] for _ in range(3)]
+        for part in parts:
+            part[len(before)] = None
+        tensors = [torch.cat([x if x is not None else t for x in part]) for part, t in zip(parts, (q, k, v))]
+        starts = torch.tensor(np.concatenate([[0], np.cumsum(lengths)]), dtype=torch.int32)
+        shape = _kernel_shape(dtype, heads=12, kv_heads=12)
+        plan = host_attention.HostPlan(None, [], host_attention.kernel_plan(shape, starts, False))
+        out = torch.empty(sum(lengths), 12, 32, dtype=dtype)
+        host_attention.attend(*tensors, plan, False, 32**-0.5, out)
+        first = sum(before)
+        return out[first : first + prompt]
+
+    alone = run([], [])
+    assert torch.equal(alone, run([256, 3, 77], [200] * 20))
+    assert torch.equal(alone, run([12] * 50, [31]))
 
 
 def test_a_window_changes_the_result():
