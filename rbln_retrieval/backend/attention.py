@@ -17,8 +17,8 @@ Two implementations (``BundledConfig.kernels``), both parity-tested against the 
   vLLM's opaque attention op off for it): what a static-shape NPU graph needs. Padding slots attend among
   themselves so they stay finite.
 - ``host``: behind vLLM's opaque attention op, vLLM's own CPU attention kernel over the whole step (one call per
-  layer; its keys and values copied into a per-step scratch cache), as the stock runner uses it; where that kernel
-  does not fit (a head size it lacks, bfloat16 on AVX2's truncating build) torch's fused CPU attention per prompt,
+  layer; its keys and values copied into a per-step scratch cache), as the stock runner uses it, on AVX-512 CPUs;
+  elsewhere (AVX2 CPUs, a head size it lacks) torch's fused CPU attention per prompt,
   short prompts optionally in rows (``host_attention``). Padding rows are zeroed. Measured in the engine
   (bench/ingest_profile.py, MiniLM bf16 on an AVX512_BF16 EPYC): 1.38 s of kernel plus 0.28 s of cache copies
   against 2.34 s for one fused call per prompt.

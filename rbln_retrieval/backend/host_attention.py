@@ -14,10 +14,10 @@ Masked keys get exactly zero weight, so each prompt's result is the per-prompt r
 floating-point sums (within the float32 parity bound). Padding slots attend to themselves only: finite, never
 read back.
 
-A step that vLLM's CPU attention kernel can take (its head sizes and dtypes; bfloat16 only where AVX-512 converts
-exactly) goes through that kernel instead (``KernelPlan``): one call per layer over every prompt, its keys and
-values first copied into a per-step scratch cache. Its scheduler metadata is built with KV splitting off, so each
-query's sum runs over its own prompt's keys in one fixed order: results stay batch-invariant.
+On AVX-512 CPUs, a step whose layers vLLM's CPU attention kernel takes (``kernel_fits``) goes through that
+kernel instead (``KernelPlan``): one call per layer over every prompt, its keys and values first copied into a
+per-step scratch cache. Its scheduler metadata is built with KV splitting off, so each query's sum runs over its
+own prompt's keys in one fixed order: results stay batch-invariant.
 
 May import: the standard library, numpy, torch, vLLM's custom ops, ``rbln_retrieval.backend.rows``,
 ``rbln_retrieval.cpu_features``.
@@ -123,10 +123,11 @@ class KernelShape:
 
 
 def kernel_fits(head_size: int, dtype: torch.dtype) -> bool:
-    """Whether vLLM's CPU kernel computes this layer exactly as torch's would to within rounding: its head sizes
-    are multiples of 16, and its AVX2 build truncates float32 to bfloat16 (see host_kernels)."""
-    exact = (torch.float32, torch.bfloat16) if cpu_features.avx512() else (torch.float32,)
-    return head_size % 16 == 0 and dtype in exact
+    """Whether the host uses vLLM's CPU kernel for such a layer: head sizes that are multiples of 16, on AVX-512
+    CPUs. Their build converts to bfloat16 exactly and beat torch's per-prompt calls (1.32x on a MiniLM bf16 ingest);
+    on AVX2 CPUs, where the build truncates to bfloat16, vLLM 0.32's kernel measured slower than torch's calls in
+    float32 (docs/benchmarks/history.md), so they keep those."""
+    return cpu_features.avx512() and head_size % 16 == 0 and dtype in (torch.float32, torch.bfloat16)
 
 
 def kernel_plan(shape: KernelShape, query_start_loc: torch.Tensor, causal: bool) -> KernelPlan:
