@@ -55,8 +55,8 @@ class PackedAttentionMetadata:
     # static path: request index per slot, padding -1 (it attends only among itself); the runner replaces the
     # builder's contiguous [tokens] with its layout's [rows, width]
     seq_ids: torch.Tensor
-    # host path: the step's layout for host_attention (None on the static path)
-    host: host_attention.HostPlan | None = None
+    # host path: the step's plan for host_attention (None on the static path)
+    host: host_attention.HostPlan | host_attention.KernelPlan | None = None
 
 
 class PackedAttentionMetadataBuilder(AttentionMetadataBuilder[PackedAttentionMetadata]):
@@ -114,10 +114,9 @@ class PackedAttentionMetadataBuilder(AttentionMetadataBuilder[PackedAttentionMet
         # int32 sequence indices, as vllm-rbln casts them for the NPU.
         seq_ids = torch.full((bucket,), -1, dtype=torch.int32)
         seq_ids[:real] = torch.repeat_interleave(torch.arange(cm.num_reqs, dtype=torch.int32), query_lens)
-        host = None
+        host: host_attention.HostPlan | host_attention.KernelPlan | None = None
         if self.kernel is not None:
-            kernel = host_attention.kernel_plan(self.kernel, query_start, causal)
-            host = host_attention.HostPlan(None, [], kernel)
+            host = host_attention.kernel_plan(self.kernel, query_start, causal)
         elif self.host:
             host = host_attention.plan(list(itertools.pairwise(query_start.tolist())), bucket, causal, self.row_width)
         return PackedAttentionMetadata(bucket, real, causal, seq_ids, host)

@@ -1,4 +1,5 @@
-"""The host kernels' attention: a step's short prompts packed into rows and attended in one masked call.
+"""The host kernels' attention: vLLM's CPU kernel over a whole step, else torch's fused attention per prompt, short
+prompts optionally packed into rows and attended in one masked call.
 
 A step of short queries holds up to a few hundred prompts. Attending to each through its own call of torch's
 fused CPU attention makes hundreds of small calls per layer, each a parallel region that waits for every thread; on a
@@ -100,12 +101,11 @@ class KernelPlan:
 
 @dataclass
 class HostPlan:
-    """One step's host attention: vLLM's kernel over every prompt (``kernel``), else the short prompts' rows (None
-    when fewer than two) and the other prompts' (start, end) token ranges."""
+    """One step's host attention through torch: the short prompts' rows (None when fewer than two) and the other
+    prompts' (start, end) token ranges."""
 
     batch: RowBatch | None
     alone: list[tuple[int, int]]
-    kernel: KernelPlan | None = None
 
 
 @dataclass(frozen=True)
@@ -141,8 +141,8 @@ def kernel_plan(shape: KernelShape, query_start_loc: torch.Tensor, causal: bool)
     block_table = first_block[:, None] + torch.arange(int(blocks.max()), dtype=torch.int32)[None, :]
     tokens = int(starts[-1])
     # Token j of prompt r sits at slot j of its prompt's blocks, which follow one another.
-    within = torch.arange(tokens, dtype=torch.int64) - torch.repeat_interleave(starts[:-1].long(), seq_lens.long())
-    slot_mapping = torch.repeat_interleave(first_block.long() * block_size, seq_lens.long()) + within
+    shift = torch.repeat_interleave(first_block.long() * block_size - starts[:-1].long(), seq_lens.long())
+    slot_mapping = torch.arange(tokens, dtype=torch.int64) + shift
     metadata = ops.cpu_attn_get_scheduler_metadata(
         num_reqs=seq_lens.numel(),
         num_heads=shape.heads,
@@ -231,15 +231,15 @@ def attend(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
-    step: HostPlan,
+    step: HostPlan | KernelPlan,
     causal: bool,
     scale: float,
     output: torch.Tensor,
     window: int | None = None,
 ) -> None:
     """Writes each prompt's attention into ``output``'s rows of its tokens; rows past the prompts are untouched."""
-    if step.kernel is not None:
-        kernel_attention(query, key, value, step.kernel, scale, output, window)
+    if isinstance(step, KernelPlan):
+        kernel_attention(query, key, value, step, scale, output, window)
         return
     if step.batch is None:
         per_prompt_attention(query, key, value, step.alone, causal, scale, output, window)

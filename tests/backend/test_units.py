@@ -208,7 +208,7 @@ def test_host_attention_matches_per_sequence_attention(causal, window, step, ker
     starts = np.concatenate([[0], np.cumsum(lengths)])
     if kernel == "vllm":
         shape = _kernel_shape(torch.float32, window)
-        plan = host_attention.HostPlan(None, [], host_attention.kernel_plan(shape, torch.tensor(starts), causal))
+        plan = host_attention.kernel_plan(shape, torch.tensor(starts), causal)
     else:
         plan = host_attention.plan(list(itertools.pairwise(starts.tolist())), bucket, causal, row_width=256)
         assert (plan.batch is None) == (step == "single")
@@ -277,13 +277,13 @@ def test_vllm_kernel_host_attention_is_batch_invariant(dtype):
 
     def run(before, after):
         lengths = [*before, prompt, *after]
-        parts = [[torch.randn(n, 12, 32, dtype=dtype) for n in lengths] for _ in range(3)]
-        for part in parts:
-            part[len(before)] = None
-        tensors = [torch.cat([x if x is not None else t for x in part]) for part, t in zip(parts, (q, k, v))]
+
+        def others(counts):
+            return [torch.randn(n, 12, 32, dtype=dtype) for n in counts]
+
+        tensors = [torch.cat([*others(before), t, *others(after)]) for t in (q, k, v)]
         starts = torch.tensor(np.concatenate([[0], np.cumsum(lengths)]), dtype=torch.int32)
-        shape = _kernel_shape(dtype, heads=12, kv_heads=12)
-        plan = host_attention.HostPlan(None, [], host_attention.kernel_plan(shape, starts, False))
+        plan = host_attention.kernel_plan(_kernel_shape(dtype, heads=12, kv_heads=12), starts, False)
         out = torch.empty(sum(lengths), 12, 32, dtype=dtype)
         host_attention.attend(*tensors, plan, False, 32**-0.5, out)
         first = sum(before)
