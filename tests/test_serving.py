@@ -163,12 +163,33 @@ async def test_remote_engine_under_the_same_bound_gets_every_result_once_in_orde
     bounded, minilm, minilm_engine
 ):
     """RemoteEngine's batches meet 429s (other clients hold the server's slots) and a payload bound a 64-text batch
-    would break: it waits them out and splits, and the result equals local mode's."""
+    would break: it waits them out and splits, and the result equals local mode's.
+
+    The call starts only once the server refuses a probe, while slow requests hold every slot: waves of short
+    requests alone leave the slots free between waves, and a call that slipped through them proved nothing."""
     texts = mixed_length(600)
     batches = [json.dumps(texts[i : i + 64]) for i in range(0, len(texts), 64)]
     assert max(map(len, batches)) > LIMITS["max_payload_bytes"]  # a 64-text batch must be split to pass
     remote = RemoteEngine(minilm, base_url=bounded.url, verify=bounded.verify, timeout=120)
     done = asyncio.Event()
+
+    async def hold_every_slot(client: httpx.AsyncClient) -> list[asyncio.Task]:
+        # Slow requests of 16 ~200-token texts (4,000 estimated tokens; 8 fit under max_queued_tokens) are seconds of
+        # work for the engine together. Any that lost its slot (to the probe, say) or ended is replaced until a probe
+        # is refused, so the call starts while every slot is held.
+        slow = {"model": str(minilm), "input": ["word " * 200] * 16}
+        holders: list[asyncio.Task] = []
+        for _ in range(50):
+            live = sum(not holder.done() for holder in holders)
+            holders += [
+                asyncio.create_task(client.post(bounded.url + "/v1/embeddings", json=slow))
+                for _ in range(LIMITS["max_concurrent_requests"] - live)
+            ]
+            await asyncio.sleep(0.2)  # the holders reach the server before the probe does
+            probe = await client.post(bounded.url + "/v1/embeddings", json=_body(minilm, "probe"))
+            if probe.status_code == 429:
+                return holders
+        raise AssertionError("slow requests never filled the server's slots")
 
     async def other_clients() -> int:
         waves = 0
@@ -185,7 +206,10 @@ async def test_remote_engine_under_the_same_bound_gets_every_result_once_in_orde
             done.set()
 
     try:
-        vectors, waves = await asyncio.wait_for(asyncio.gather(call(), other_clients()), timeout=300)
+        async with _client(bounded.verify, 16) as holding:
+            holders = await hold_every_slot(holding)
+            vectors, waves = await asyncio.wait_for(asyncio.gather(call(), other_clients()), timeout=300)
+            assert {(await holder).status_code for holder in holders} <= {200, 429}
         np.testing.assert_allclose(vectors, minilm_engine.embed(texts), atol=1e-5)
         assert vectors.shape == (600, 384) and waves >= 1
         assert remote._replicas.throttled > 0, "the call never met the bound: the test proves nothing"
