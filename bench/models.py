@@ -18,29 +18,7 @@ from pathlib import Path
 
 # The embedded MiniLM's path and the random-weight model builders live with the tests.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from model_builders import minilm_path, save_tokenizer, sentence_transformers_files
-
-QWEN3_0_6B = dict(
-    hidden_size=1024,
-    num_hidden_layers=28,
-    num_attention_heads=16,
-    num_key_value_heads=8,
-    head_dim=128,
-    intermediate_size=3072,
-    vocab_size=151669,
-    max_position_embeddings=32768,
-    tie_word_embeddings=True,
-    rope_theta=1000000,
-    rms_norm_eps=1e-6,
-)
-BERT_BASE = dict(
-    hidden_size=768,
-    num_hidden_layers=12,
-    num_attention_heads=12,
-    intermediate_size=3072,
-    max_position_embeddings=512,
-    type_vocab_size=2,
-)
+from model_builders import BERT_BASE, QWEN3_0_6B, build_bert_base_shaped, build_qwen3_shaped, minilm_path
 
 
 def corpus(n: int, seed: int = 0) -> list[str]:
@@ -78,43 +56,14 @@ def qwen3_shaped(root: Path) -> Path:
     path = root / "qwen3-0.6b-shaped"
     if (path / "model.safetensors").exists():
         return path
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    torch.manual_seed(0)
-    tokenizer = save_tokenizer(path, drop_token_type_ids=True)
-    model = Qwen3ForCausalLM(Qwen3Config(pad_token_id=tokenizer.pad_token_id, **QWEN3_0_6B)).to(torch.bfloat16)
-    model.save_pretrained(str(path))
-    sentence_transformers_files(
-        path,
-        "lasttoken",
-        normalize=True,
-        prompts={"query": "", "document": ""},
-        hidden=QWEN3_0_6B["hidden_size"],
-        max_length=512,
-    )
-    return path
+    return build_qwen3_shaped(path, layers=QWEN3_0_6B["num_hidden_layers"], full_vocabulary=True)
 
 
 def _bert_base(root: Path, name: str, cross_encoder: bool) -> Path:
     path = root / name
     if (path / "model.safetensors").exists():
         return path
-    import torch
-    from transformers import BertConfig, BertForSequenceClassification, BertModel
-
-    torch.manual_seed(0)
-    tokenizer = save_tokenizer(path)
-    config = BertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **BERT_BASE)
-    if cross_encoder:
-        config.num_labels = 1
-        BertForSequenceClassification(config).save_pretrained(str(path))
-    else:
-        BertModel(config).save_pretrained(str(path))
-        sentence_transformers_files(
-            path, "mean", normalize=True, prompts=None, hidden=BERT_BASE["hidden_size"], max_length=512
-        )
-    return path
+    return build_bert_base_shaped(path, layers=BERT_BASE["num_hidden_layers"], cross_encoder=cross_encoder)
 
 
 @dataclass(frozen=True)

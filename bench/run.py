@@ -88,7 +88,8 @@ def run_model(key: str, work: dict[str, list[str]], args: argparse.Namespace, ta
         print(f"{model.label}: ingest", flush=True)
         systems = build(work["ingest"], table, path, False)
         dtypes = sorted({table[name].dtype for name in work["ingest"] if table[name].kind == "rbln"})
-        # The rate the model's FLOP/s are held against: F.linear on its own weight shapes at a full step.
+        # The rate the model's FLOP/s are held against: the faster GEMM (F.linear or vLLM's CPU dispatch) on its
+        # own weight shapes at a full step.
         gemm = {d: (lambda d=d: ingest_profile.model_gemm_rate(path, d, FULL_STEP)) for d in dtypes}
         try:
             rows, vectors, rates = workloads.ingest(

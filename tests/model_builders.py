@@ -70,6 +70,68 @@ def sentence_transformers_files(
     )
 
 
+# Real models' widths, for the step-shape tests (two layers) and the benchmark (every layer).
+BERT_BASE = dict(
+    hidden_size=768,
+    num_hidden_layers=12,
+    num_attention_heads=12,
+    intermediate_size=3072,
+    max_position_embeddings=512,
+    type_vocab_size=2,
+)
+QWEN3_0_6B = dict(
+    hidden_size=1024,
+    num_hidden_layers=28,
+    num_attention_heads=16,
+    num_key_value_heads=8,
+    head_dim=128,
+    intermediate_size=3072,
+    vocab_size=151669,
+    max_position_embeddings=32768,
+    tie_word_embeddings=True,
+    rope_theta=1000000,
+    rms_norm_eps=1e-6,
+)
+
+
+def build_bert_base_shaped(path: Path, *, layers: int = 2, cross_encoder: bool = False) -> Path:
+    """BERT-base's widths with random weights and ``layers`` layers (FLOP ratios do not depend on depth): a
+    bi-encoder (mean pooling, normalized) or a cross-encoder (one label)."""
+    from transformers import BertConfig, BertForSequenceClassification, BertModel
+
+    _seeded(0)
+    tokenizer = save_tokenizer(path)
+    widths = {**BERT_BASE, "num_hidden_layers": layers}
+    config = BertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **widths)
+    if cross_encoder:
+        config.num_labels = 1
+        BertForSequenceClassification(config).save_pretrained(str(path))
+    else:
+        BertModel(config).save_pretrained(str(path))
+        sentence_transformers_files(path, "mean", normalize=True, prompts=None, hidden=BERT_BASE["hidden_size"])
+    return path
+
+
+def build_qwen3_shaped(path: Path, *, layers: int = 2, full_vocabulary: bool = False) -> Path:
+    """Qwen3-Embedding-0.6B's widths (1,024 hidden, 16 query and 8 key-value heads of 128) with random weights and
+    ``layers`` layers; last-token pooling, normalized. ``full_vocabulary``: the real 151,669-token embedding table
+    in bfloat16 (the benchmark's ~1.2 GB checkpoint), else the borrowed tokenizer's in float32."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    _seeded(0)
+    tokenizer = save_tokenizer(path, drop_token_type_ids=True)
+    widths = {**QWEN3_0_6B, "num_hidden_layers": layers}
+    if not full_vocabulary:
+        widths.update(vocab_size=len(tokenizer), max_position_embeddings=MAX_POSITIONS)
+    model = Qwen3ForCausalLM(Qwen3Config(pad_token_id=tokenizer.pad_token_id, **widths))
+    (model.to(torch.bfloat16) if full_vocabulary else model).save_pretrained(str(path))
+    sentence_transformers_files(
+        path, "lasttoken", normalize=True, prompts={"query": "", "document": ""}, hidden=QWEN3_0_6B["hidden_size"]
+    )
+    return path
+
+
 def _encoder_config(kind: str, vocab_size: int, pad_token_id: int, **extra: Any) -> Any:
     from transformers import BertConfig, RobertaConfig, XLMRobertaConfig
 

@@ -325,3 +325,20 @@ def colbert_maxsim(query: np.ndarray, document: np.ndarray) -> float:
     """ColBERT's MaxSim: the sum over query vectors of their best dot product with any document vector."""
     q, d = torch.from_numpy(query), torch.from_numpy(document)
     return (q @ d.T).max(dim=-1).values.sum().item()
+
+
+def useful_flops(path: Path, lengths: list[int]) -> float:
+    """FLOPs of each text alone at its exact length, through plain transformers (eager attention, so the
+    counter sees its matmuls), on fake tensors."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(str(path), attn_implementation="eager").eval()
+    total = 0.0
+    for n in sorted(set(lengths)):
+        counter = FlopCounterMode(display=False)
+        with torch.no_grad(), FakeTensorMode(allow_non_fake_inputs=True), counter:
+            model(input_ids=torch.ones(1, n, dtype=torch.long), attention_mask=torch.ones(1, n, dtype=torch.long))
+        total += counter.get_total_flops() * lengths.count(n)
+    return total

@@ -199,14 +199,18 @@ if __name__ == "__main__":
 """
 
 
+def run_script(directory, source: str, *args) -> subprocess.CompletedProcess:
+    """``source`` run as a program of its own (a fresh interpreter: vLLM's once-per-process state is unset)."""
+    script = directory / "program.py"
+    script.write_text(source)
+    command = [sys.executable, str(script), *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=directory)
+
+
 def test_a_closed_engine_is_freed_even_when_vllm_was_first_imported_during_its_start(minilm, tmp_path):
     # vLLM keeps an import error's traceback for good, which held the frames of the start that first imported it
     # (the AsyncLLM among their locals); the AsyncLLM's __del__ then failed at interpreter exit.
-    script = tmp_path / "first_engine.py"
-    script.write_text(FIRST_ENGINE_OF_A_PROCESS)
-    result = subprocess.run(
-        [sys.executable, str(script), str(minilm)], capture_output=True, text=True, timeout=600, cwd=tmp_path
-    )
+    result = run_script(tmp_path, FIRST_ENGINE_OF_A_PROCESS, minilm)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().splitlines()[-1] == "client freed"
     assert "Exception ignored" not in result.stderr, result.stderr[-2000:]
@@ -229,19 +233,37 @@ if __name__ == "__main__":
 def test_an_engine_left_open_closes_at_exit_without_logging_errors(minilm, tmp_path):
     # vLLM logs its shutdown through a handler bound to the stdout of its import; writing to a closed stream
     # printed a "Logging error" traceback per message after the program's (and CI's) last line.
-    script = tmp_path / "left_open.py"
-    script.write_text(LEFT_OPEN_WITH_ITS_STDOUT_CLOSED)
     before = engine_processes()
-    result = subprocess.run(
-        [sys.executable, str(script), str(minilm), str(tmp_path / "stdout.txt")],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-    )
+    result = run_script(tmp_path, LEFT_OPEN_WITH_ITS_STDOUT_CLOSED, minilm, tmp_path / "stdout.txt")
     assert result.returncode == 0, result.stderr[-2000:]
     assert "Logging error" not in result.stderr, result.stderr[-2000:]
     assert_no_new_engine_processes(before)
+
+
+STARTED_UNDER_A_REDIRECTED_STDOUT = """
+import contextlib, io, sys
+from rbln_retrieval import PoolingEngine
+
+if __name__ == "__main__":
+    buffer, stdout = io.StringIO(), sys.stdout
+    with contextlib.redirect_stdout(buffer):  # no file descriptor behind it, as under pytest's capsys
+        engine = PoolingEngine(sys.argv[1], in_process=True, dtype="float32")
+        vector = engine.embed(["one text"])
+        print("printed inside")
+        assert sys.stdout is buffer
+    engine.close()
+    assert sys.stdout is stdout and buffer.getvalue() == "printed inside\\n", repr(buffer.getvalue())
+    print("started", vector.shape)
+"""
+
+
+def test_an_in_process_engine_starts_while_the_program_redirects_stdout_to_a_string(minilm, tmp_path):
+    # vLLM silences C libraries while it builds its process groups by redirecting sys.stdout.fileno(); a program
+    # whose stdout was a StringIO could not start an engine ("vLLM could not start an engine ...: fileno"). A fresh
+    # process: vLLM builds its process groups once per process.
+    result = run_script(tmp_path, STARTED_UNDER_A_REDIRECTED_STDOUT, minilm)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "started (1, 384)"
 
 
 # -- the caller gives up -------------------------------------------------------------------------------------------

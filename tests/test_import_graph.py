@@ -4,8 +4,8 @@ imports only what its docstring allows.
 Every ``import`` and ``from ... import`` of every module under rbln_retrieval/ counts, wherever it is: at module
 level, inside a function (a deferred import) or under ``if TYPE_CHECKING:`` (a typing-only one). A room is a
 subpackage (models, text, results, engines, local, remote, server, frameworks, backend, ray) or a top-level module
-(errors, cpu_features, quiet, cli, and the package itself, the public API). Its rule is two lines of its docstring
-(the subpackage's ``__init__.py`` or the top-level module):
+(errors, cpu_features, quiet, cli, doctor, and the package itself, the public API). Its rule is two lines of its
+docstring (the subpackage's ``__init__.py`` or the top-level module):
 
     May import: errors, models          (the other rooms it may import; "nothing" for none)
     Engine libraries: vllm (deferred)   (vllm, torch, transformers: at module level, "(deferred)": only inside
@@ -33,7 +33,7 @@ FRAMEWORKS = ("langchain", "langchain_core", "langchain_rbln", "llama_index")
 RULES_OUTSIDE_DOCSTRINGS = {
     "backend": ("errors, cpu_features", "vllm, torch, transformers"),
     "ray": ("local, server, backend", "vllm (deferred)"),
-    "cli": ("rbln_retrieval, errors, cpu_features, quiet, local, server, backend", "none"),
+    "cli": ("rbln_retrieval, errors, cpu_features, quiet, local, server, backend, doctor", "none"),
 }
 # What the framework integrations may import of this package: the public API and the rooms made for them.
 INTEGRATIONS_MAY_IMPORT = {"rbln_retrieval", "frameworks", "text", "results", "models"}

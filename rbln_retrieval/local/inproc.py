@@ -24,9 +24,11 @@ import gc
 import logging
 import os
 import queue
+import sys
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from typing import Any
 
 from rbln_retrieval.backend import vllm_compat
@@ -46,6 +48,35 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+@contextmanager
+def _stdout_with_a_descriptor() -> Iterator[None]:
+    """While vLLM builds an engine, a ``sys.stdout`` with a file descriptor: vLLM silences C libraries around its
+    process groups by redirecting ``sys.stdout.fileno()`` (``suppress_stdout``), which a program that redirected
+    stdout to a StringIO (``contextlib.redirect_stdout``, pytest's capsys) does not have, and the start failed
+    with "fileno". The process's own stdout stands in meanwhile: anything another thread prints during the
+    build goes there, and nothing else changes."""
+    if _has_descriptor(sys.stdout):
+        yield
+        return
+    replaced, own = sys.stdout, sys.__stdout__
+    stand_in = own if own is not None and _has_descriptor(own) else open(os.devnull, "w")  # noqa: SIM115
+    sys.stdout = stand_in
+    try:
+        yield
+    finally:
+        sys.stdout = replaced
+        if stand_in is not own:
+            stand_in.close()
+
+
+def _has_descriptor(stream: Any) -> bool:
+    try:
+        stream.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both of the last two
+        return False
+    return True
 
 
 def _shut_down(engine: Any) -> None:
@@ -98,7 +129,8 @@ class InprocEngine:
             # freezing first keeps those collections off the application's heap, which dwarfs the engine's.
             gc.freeze()
             try:
-                engine = LLMEngine.from_engine_args(engine_args)
+                with _stdout_with_a_descriptor():
+                    engine = LLMEngine.from_engine_args(engine_args)
             except BaseException:
                 gc.unfreeze()
                 raise

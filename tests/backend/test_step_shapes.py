@@ -11,14 +11,14 @@ from __future__ import annotations
 import asyncio
 import random
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from corpus import mixed_length, passages
-from model_builders import minilm_path, save_tokenizer, sentence_transformers_files
+from model_builders import build_bert_base_shaped, build_qwen3_shaped, minilm_path
 from npu import start_rbln
+from reference import useful_flops
 
 from rbln_retrieval.backend import rows
 from rbln_retrieval.backend.attention import packed_attention
@@ -114,64 +114,7 @@ def test_row_attention_matches_per_prompt_attention(causal, window):
 
 
 # -- the rbln target at default shapes, FLOPs counted where the compiler gets the graphs -------------------------
-def _bert_base_shaped(path: Path) -> Path:
-    from transformers import BertConfig, BertModel
-
-    torch.manual_seed(0)
-    tokenizer = save_tokenizer(path)
-    config = BertConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=768,
-        num_hidden_layers=2,
-        num_attention_heads=12,
-        intermediate_size=3072,
-        max_position_embeddings=512,
-    )
-    BertModel(config).save_pretrained(str(path))
-    sentence_transformers_files(path, "mean", normalize=True, prompts=None, hidden=768)
-    return path
-
-
-def _qwen3_shaped(path: Path) -> Path:
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    torch.manual_seed(0)
-    tokenizer = save_tokenizer(path, drop_token_type_ids=True)
-    config = Qwen3Config(
-        vocab_size=len(tokenizer),
-        hidden_size=1024,
-        num_hidden_layers=2,
-        num_attention_heads=16,
-        num_key_value_heads=8,
-        head_dim=128,
-        intermediate_size=3072,
-        max_position_embeddings=512,
-        tie_word_embeddings=True,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    Qwen3ForCausalLM(config).save_pretrained(str(path))
-    sentence_transformers_files(path, "lasttoken", normalize=True, prompts={"query": "", "document": ""}, hidden=1024)
-    return path
-
-
-SHAPED = {"all-MiniLM-L6-v2": None, "bert-base-shaped": _bert_base_shaped, "qwen3-0.6b-shaped": _qwen3_shaped}
-
-
-def _useful_flops(path: Path, lengths: list[int]) -> float:
-    """FLOPs of each text alone at its exact length, through plain transformers (eager attention, so the
-    counter sees its matmuls), on fake tensors."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.utils.flop_counter import FlopCounterMode
-    from transformers import AutoModel
-
-    model = AutoModel.from_pretrained(str(path), attn_implementation="eager").eval()
-    total = 0.0
-    for n in sorted(set(lengths)):
-        counter = FlopCounterMode(display=False)
-        with torch.no_grad(), FakeTensorMode(allow_non_fake_inputs=True), counter:
-            model(input_ids=torch.ones(1, n, dtype=torch.long), attention_mask=torch.ones(1, n, dtype=torch.long))
-        total += counter.get_total_flops() * lengths.count(n)
-    return total
+SHAPED = {"all-MiniLM-L6-v2": None, "bert-base-shaped": build_bert_base_shaped, "qwen3-0.6b-shaped": build_qwen3_shaped}
 
 
 @pytest.fixture(scope="module")
@@ -205,7 +148,7 @@ def test_npu_steps_compute_what_they_use(shaped):
     tokenizer = AutoTokenizer.from_pretrained(str(path))
     lengths = [len(ids) for ids in tokenizer(TEXTS, truncation=True, max_length=engine.family.max_length)["input_ids"]]
     assert sum(lengths) == stats["useful_tokens"]
-    useful = _useful_flops(path, lengths)
+    useful = useful_flops(path, lengths)
     ratio = useful / computed
     print(
         f"{path.name}: useful/computed FLOPs {ratio:.3f}, "
