@@ -29,7 +29,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # torch.profiler op names -> category; the first matching substring wins, unmatched ops are "other".
 CATEGORIES = (
-    ("gemm", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "onednn_mm", "mkldnn", "aten::_mkl")),
+    # weight_packed_linear: the SGL kernel vLLM dispatches small bf16 weights to on AMX CPUs.
+    (
+        "gemm",
+        (
+            "aten::mm",
+            "aten::addmm",
+            "aten::bmm",
+            "aten::baddbmm",
+            "onednn_mm",
+            "weight_packed_linear",
+            "mkldnn",
+            "aten::_mkl",
+        ),
+    ),
     ("attention", ("attention", "attn")),
     (
         "element-wise",
