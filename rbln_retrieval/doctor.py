@@ -65,6 +65,7 @@ def _print_graphs(model: str, device: str) -> None:
     with PoolingEngine(model, device=device, strict_shapes=True) as engine:
         stats = engine.stats()
     print(f"graphs of {model} on {engine.device} ({stats['target']} target, {stats['kernels']} kernels):")
+    print(f"  attention: {'; '.join(stats['attention'])}")
     costs = stats.get("graph_costs", {})
     for graph in stats["graphs"]:
         host = [op for op in graph["ops"] if op.startswith(HOST_KERNEL_NAMESPACES)]

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
 import time
 
 import numpy as np
+import pytest
+import torch
 from corpus import mixed_length
 
 from rbln_retrieval import PoolingEngine
@@ -42,6 +45,30 @@ def test_the_default_engine_runs_vllm_in_this_process_on_the_bundled_backend(min
     assert isinstance(current_platform, BundledPlatform)
     builders = minilm_engine.stats()["attention_builders"]
     assert builders == ["EncoderOnlyAttentionBuilder(PackedAttentionMetadataBuilder)"]
+
+
+@pytest.mark.parametrize("fixture", ["minilm_engine", "minilm_bf16_engine"])
+def test_stats_name_the_host_attention_and_its_blocks_admit_vllms_amx_kernel(request, fixture):
+    """Issue #35: on AVX-512 CPUs the host attends through vLLM's CPU kernel with the ISA vLLM picks for this CPU,
+    and the engine's KV block size is one for which vLLM picks ``amx`` for bfloat16 on an AMX CPU; AVX2 CPUs keep
+    torch's fused attention per prompt."""
+    from unittest import mock
+
+    from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
+
+    from rbln_retrieval import cpu_features
+
+    engine = request.getfixturevalue(fixture)
+    (attention,) = engine.stats()["attention"]
+    if not cpu_features.avx512():
+        assert attention == "torch's fused attention per prompt"
+        return
+    kernel = re.fullmatch(r"vLLM's CPU kernel, (\w+) ISA, KV blocks of (\d+)", attention)
+    assert kernel, attention
+    isa, block = kernel[1], int(kernel[2])
+    assert isa == _get_attn_isa(getattr(torch, engine.dtype), block, 32)  # MiniLM's heads are 32 wide
+    with mock.patch.object(torch.cpu, "_is_amx_tile_supported", return_value=True):
+        assert _get_attn_isa(torch.bfloat16, block, 32) == "amx"
 
 
 def test_an_in_process_engine_started_after_vllm_was_imported_gives_the_same_vectors(minilm, minilm_engine):

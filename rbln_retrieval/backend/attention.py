@@ -94,6 +94,16 @@ class PackedAttentionMetadataBuilder(AttentionMetadataBuilder[PackedAttentionMet
             block_size=spec.block_size,
         )
 
+    def describe(self) -> str:
+        """How this group's layers attend, for the runner's stats and `rbln-retrieval doctor --graphs`: on an AMX
+        CPU, bfloat16 layers should read ``amx`` (vLLM picks it when the KV block size is a multiple of 32)."""
+        if not self.host:
+            return "masked attention in the graph"
+        if self.kernel is not None:
+            return f"vLLM's CPU kernel, {self.kernel.isa} ISA, KV blocks of {self.kernel.block_size}"
+        rows = f", prompts up to {self.row_width} tokens in rows" if self.row_width else ""
+        return f"torch's fused attention per prompt{rows}"
+
     def build(
         self,
         common_prefix_len: int,

@@ -319,6 +319,7 @@ class BundledModelRunner(CPUModelRunner):
                     for b in g.metadata_builders
                 }
             ),
+            "attention": sorted({b.describe() for gs in self.attn_groups for g in gs for b in g.metadata_builders}),
             "compile_cache": {"dir": str(self.bundled.cache_dir()), "reused": self.cache_reused, **self._artifacts()},
             "compile_only": self.bundled.compile_only,
             "npu": self.bundled.npu,

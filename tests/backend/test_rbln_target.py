@@ -335,6 +335,7 @@ def test_doctor_prints_each_bucket_graph(standin_rebel, tiny_models, capsys):
     assert main(["doctor", "--graphs", str(path), "--device", "rbln"]) == 0
     printed = capsys.readouterr().out
     assert f"graphs of {path} on rbln (rbln target, static kernels):" in printed
+    assert "\n  attention: masked attention in the graph\n" in printed
     buckets = [line for line in printed.splitlines() if line.startswith("  bucket ")]
     assert len(buckets) >= 3 and all("0 weights as inputs, host kernels: none" in line for line in buckets)
     # Per shape: rows x width, FLOPs with attention's share, the largest activation.
