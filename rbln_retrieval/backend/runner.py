@@ -312,14 +312,9 @@ class BundledModelRunner(CPUModelRunner):
             },
             # vLLM wraps the builder in a generated subclass for encoder-only layers: both names appear here.
             "attention_builders": sorted(
-                {
-                    f"{type(b).__name__}({type(b).__mro__[1].__name__})"
-                    for gs in self.attn_groups
-                    for g in gs
-                    for b in g.metadata_builders
-                }
+                {f"{type(b).__name__}({type(b).__mro__[1].__name__})" for b in self._attention_builders()}
             ),
-            "attention": sorted({b.describe() for gs in self.attn_groups for g in gs for b in g.metadata_builders}),
+            "attention": sorted({b.describe() for b in self._attention_builders()}),
             "compile_cache": {"dir": str(self.bundled.cache_dir()), "reused": self.cache_reused, **self._artifacts()},
             "compile_only": self.bundled.compile_only,
             "npu": self.bundled.npu,
@@ -331,6 +326,9 @@ class BundledModelRunner(CPUModelRunner):
     def route(self) -> str | None:
         """How the rbln target's graphs are compiled for its NPU family ("aot" or "torch.compile")."""
         return rbln_runtime.family_of(self.bundled.npu).route if self.bundled.npu else None
+
+    def _attention_builders(self) -> list[Any]:
+        return [b for groups in self.attn_groups for g in groups for b in g.metadata_builders]
 
     def _artifacts(self) -> dict[str, int]:
         return rbln_runtime.artifact_counts(getattr(self.compile_backend, "inner", None))
