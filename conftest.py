@@ -12,10 +12,6 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
-# vllm-rbln (installed, as on an NPU host) activates its platform on any bare vLLM import, and that platform needs
-# rebel-compiler, which this environment cannot have: test modules that import vLLM directly get vLLM's CPU
-# platform. Engines scope VLLM_PLUGINS themselves; test_rbln_target starts one in a process without this.
-os.environ.setdefault("VLLM_PLUGINS", "")
 
 from model_builders import (
     BUILDERS,
@@ -38,6 +34,17 @@ class TinyModels:
         if not (path / "config.json").exists():
             BUILDERS[name](path)
         return path
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """vllm-rbln (installed, as on an NPU host) would become vLLM's platform on this process's first bare vLLM
+    import, and it needs rebel-compiler, which this environment does not have. The test process resolves vLLM's CPU
+    platform once, before collection imports any test module, under a plugin choice scoped to that call (as
+    `rbln-retrieval serve` does for its own), so tests may import vLLM directly while every process they start
+    sees the environment a user has."""
+    from rbln_retrieval import backend
+
+    backend.pin_platform(None)
 
 
 @pytest.fixture(scope="session")

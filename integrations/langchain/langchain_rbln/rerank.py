@@ -12,6 +12,7 @@ from pydantic import Field
 
 from langchain_rbln._engine import RBLNEngineModel, batches
 from rbln_retrieval import ModelFamily, rank
+from rbln_retrieval.models.source import DEFAULT_RERANKER_MODEL
 from rbln_retrieval.results.outputs import check_outputs
 from rbln_retrieval.text.prompts import score_method
 
@@ -50,6 +51,10 @@ class RBLNReranker(RBLNEngineModel, BaseDocumentCompressor):
         # [{"index": 0, "relevance_score": 0.93}, {"index": 1, "relevance_score": 0.01}]
         ```
     """
+
+    model: str = Field(default=DEFAULT_RERANKER_MODEL, alias="model_name")
+    """Hugging Face model id (`org/name`, or `org/name@revision`) resolved through the Hugging Face cache, or a
+    local model directory; with `base_url`, the model's name on the server. Default: BAAI/bge-reranker-base."""
 
     top_n: int | None = 3
     """Documents `compress_documents` returns; None returns all of them, 0 or less returns []."""

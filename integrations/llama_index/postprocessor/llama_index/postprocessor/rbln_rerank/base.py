@@ -16,6 +16,7 @@ from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, Query
 
 from rbln_retrieval import rank
 from rbln_retrieval.frameworks.settings import ENGINE_SETTINGS, EngineSettings
+from rbln_retrieval.models.source import DEFAULT_RERANKER_MODEL
 
 dispatcher = get_dispatcher(__name__)
 
@@ -42,10 +43,11 @@ class RBLNReranker(EngineSettings, BaseNodePostprocessor):
     _frozen_fields: ClassVar[frozenset[str]] = ENGINE_SETTINGS | {"model"}
 
     model: str = Field(
+        default=DEFAULT_RERANKER_MODEL,
         description=(
             "Hugging Face id ('org/name' or 'org/name@revision', resolved through the Hugging Face cache), a model "
-            "directory, or the model's name on a remote server."
-        )
+            "directory, or the model's name on a remote server. Default: BAAI/bge-reranker-base."
+        ),
     )
     top_n: int | None = Field(
         default=3, description="Nodes to return, best first; None returns all, 0 or less returns none."
