@@ -34,9 +34,12 @@ class Server:
         env: dict[str, str] | None = None,
         options: dict | None = None,
         tls: tuple[Path, Path] | None = None,
+        user_env: dict[str, str] | None = None,
     ):
         """A server of ``model`` on the CPU with ``options`` (serve()'s; default: float32), over HTTPS with ``tls``
-        (certificate, key), which clients then verify against that certificate (``self.verify``)."""
+        (certificate, key), which clients then verify against that certificate (``self.verify``). With
+        ``user_env``: the command `rbln-retrieval serve MODEL --port P` as a user types it, in exactly that
+        environment (nothing of this process's), with serve's defaults."""
         self.port = free_port()
         self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         self.verify: bool | str = str(tls[0]) if tls else True
@@ -53,8 +56,11 @@ class Server:
         env = {**os.environ, **(env or {}), **({"RBLN_API_KEY": api_key} if api_key else {})}
         env.pop("RBLN_API_KEY", None) if api_key is None else None
         self._log_file = log.open("wb")
+        command = [sys.executable, "-c", SERVE, str(model), str(self.port), json.dumps(options)]
+        if user_env is not None:
+            command, env = ["rbln-retrieval", "serve", str(model), "--port", str(self.port)], user_env
         self.process = subprocess.Popen(
-            [sys.executable, "-c", SERVE, str(model), str(self.port), json.dumps(options)],
+            command,
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
             env=env,

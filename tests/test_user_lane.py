@@ -1,0 +1,215 @@
+"""The user lane: the README's commands and snippets as a user runs them, in subprocesses whose environment holds
+nothing of the suite's (no VLLM_PLUGINS, no test paths, no HF_HUB_CACHE): PATH with the venv's bin first, a HOME
+whose Hugging Face cache holds the models by their ids, and HF_HUB_OFFLINE=1 (this machine has no hub).
+
+Two setups:
+- the machine `make install` leaves: the RBLN SDK's Python packages (vllm-rbln's plugin among them), no
+  rebel-compiler. vLLM's bare import would crash on vllm-rbln's platform here, so every entry point must choose
+  the backend first.
+- an NPU host: rebel-compiler importable (the stand-in, tests/standin) and one NPU device present
+  (tests/npu_host/sitecustomize.py), so vllm-rbln's platform plugin would activate on a bare vLLM import and
+  `device="auto"` picks the NPU. torch-rbln's native library cannot be had without rebel-compiler, so this host
+  also sets TORCH_DEVICE_BACKEND_AUTOLOAD=0 (on a real NPU host torch-rbln loads). Its models are tiny ones stored
+  under the README's ids, so that compiling every bucket graph through the stand-in stays cheap.
+
+One server start per setup serves every HTTP check of it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from model_builders import HUB_MINILM, hub_cache_snapshot
+from npu import STANDIN
+from servers import Server
+
+from rbln_retrieval.engines.protocol import DESCRIBE_PATH, QUANTIZED_EMBED_PATH
+
+pytestmark = pytest.mark.server
+
+BIN = Path(sys.executable).parent
+NPU_HOST = Path(__file__).resolve().parent / "npu_host"
+RERANKER = "BAAI/bge-reranker-base"
+KEY = "user-lane-key-5c2a"
+HEADERS = {"Authorization": f"Bearer {KEY}"}
+# Every route vLLM's app answers with work or model data, and the package's own: the key guards each of them.
+GUARDED = [
+    ("POST", "/v1/embeddings"),
+    ("POST", "/pooling"),
+    ("POST", "/score"),
+    ("POST", "/v1/score"),
+    ("POST", "/rerank"),
+    ("POST", "/v1/rerank"),
+    ("POST", "/v2/rerank"),
+    ("POST", "/classify"),
+    ("POST", "/tokenize"),
+    ("POST", "/detokenize"),
+    ("POST", "/invocations"),
+    ("GET", "/v1/models"),
+    ("GET", DESCRIBE_PATH),
+    ("POST", QUANTIZED_EMBED_PATH),
+]
+PROBES = ["/health", "/ping", "/version", "/metrics"]
+
+# The README's LangChain and LlamaIndex blocks with the classes' defaults (no model named), in one program. It prints
+# the best retrieved text (the embedding model's ranking) and how many results the reranker kept (the test's
+# reranker has random weights: its order means nothing).
+FRAMEWORKS = textwrap.dedent(
+    """
+    from langchain_core.vectorstores import InMemoryVectorStore
+    from langchain_rbln import RBLNEmbeddings, RBLNReranker
+
+    store = InMemoryVectorStore.from_texts(
+        ["An NPU is a neural processing unit.", "Paris is the capital of France."], RBLNEmbeddings()
+    )
+    hits = store.similarity_search("What is an NPU?", k=2)
+    best = RBLNReranker(top_n=1).compress_documents(hits, "What is an NPU?")
+    print("langchain", hits[0].page_content, "|", len(best))
+
+    from llama_index.core import Document, Settings, VectorStoreIndex
+    from llama_index.embeddings.rbln import RBLNEmbedding
+    from llama_index.postprocessor.rbln_rerank import RBLNReranker as Reranker
+
+    Settings.embed_model = RBLNEmbedding()
+    index = VectorStoreIndex.from_documents(
+        [Document(text="An NPU is a neural processing unit."), Document(text="Paris is the capital of France.")]
+    )
+    retrieved = index.as_retriever(similarity_top_k=2).retrieve("What is an NPU?")
+    nodes = Reranker(top_n=1).postprocess_nodes(retrieved, query_str="What is an NPU?")
+    print("llama_index", retrieved[0].node.get_content(), "|", len(nodes))
+    """
+)
+
+
+def user_env(home: Path, *, npu_host: bool) -> dict[str, str]:
+    env = {"PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(home), "HF_HUB_OFFLINE": "1", "LANG": "C.UTF-8"}
+    if npu_host:
+        env |= {
+            "PYTHONPATH": f"{STANDIN}:{NPU_HOST}",
+            "REBEL_STANDIN_NPU": "RBLN-CA25",
+            "TORCH_DEVICE_BACKEND_AUTOLOAD": "0",
+        }
+    return env
+
+
+def run(command: list[str], env: dict[str, str], cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(command, env=env, cwd=cwd, input=stdin, capture_output=True, text=True, timeout=1200)
+
+
+def user_home(root: Path, models: dict[str, Path]) -> Path:
+    """A HOME whose Hugging Face cache (~/.cache/huggingface/hub) holds ``models`` by id."""
+    for repo_id, path in models.items():
+        hub_cache_snapshot(root / ".cache" / "huggingface" / "hub", repo_id, path)
+    return root
+
+
+class Setup:
+    def __init__(self, home: Path, npu_host: bool, log: Path):
+        self.home, self.env = home, user_env(home, npu_host=npu_host)
+        self.server = Server(HUB_MINILM, log, user_env={**self.env, "RBLN_API_KEY": KEY})
+
+    def cli(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+        return run(["rbln-retrieval", *args], self.env, self.home, stdin)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory, minilm, tiny_models) -> Iterator[Setup]:
+    """The machine `make install` leaves, with the README's models in the user's Hugging Face cache, and the
+    README's serve command running on it (the key from RBLN_API_KEY)."""
+    root = tmp_path_factory.mktemp("user-installed")
+    home = user_home(root / "home", {HUB_MINILM: minilm, RERANKER: tiny_models["bert-cross-encoder"]})
+    setup = Setup(home, npu_host=False, log=root / "serve.log")
+    try:
+        setup.server.wait_ready()
+        yield setup
+    finally:
+        setup.server.stop()
+
+
+def check_server(server: Server, dimension: int) -> np.ndarray:
+    """Every guarded route refuses a caller without the key, the probes answer anyone, and with the key the
+    README's calls (embeddings, rerank) are answered; a body past the size limit is 413. Returns the vector."""
+    with httpx.Client(base_url=server.url, timeout=120) as client:
+        for path in PROBES:
+            assert client.get(path).status_code == 200, path
+        for method, path in GUARDED:
+            assert client.request(method, path, json={}).status_code == 401, (method, path)
+        answer = client.post("/v1/embeddings", json={"input": ["What is an NPU?"]}, headers=HEADERS)
+        assert answer.status_code == 200, answer.text
+        vector = np.asarray(answer.json()["data"][0]["embedding"])
+        assert vector.shape == (dimension,) and abs(np.linalg.norm(vector) - 1) < 1e-3
+        documents = ["Paris is the capital of France.", "An NPU is a neural processing unit."]
+        ranked = client.post("/rerank", json={"query": "What is an NPU?", "documents": documents}, headers=HEADERS)
+        assert ranked.status_code == 200, ranked.text
+        assert sorted(r["index"] for r in ranked.json()["results"]) == [0, 1]
+        description = client.get(DESCRIBE_PATH, headers=HEADERS).json()
+        assert description["model"] == HUB_MINILM
+        too_big = client.post("/v1/embeddings", json={"input": ["x" * 3_000_000]}, headers=HEADERS)
+        assert too_big.status_code == 413, too_big.text
+    return vector
+
+
+def test_serve_as_the_readme_writes_it(installed):
+    vector = check_server(installed.server, 384)
+    # The CLI's embed of the same text, by the same id, from the same user's cache: the same vector.
+    embedded = installed.cli("embed", HUB_MINILM, "--query", "--no-progress", stdin="What is an NPU?\n")
+    assert embedded.returncode == 0, embedded.stderr
+    assert np.abs(np.asarray(json.loads(embedded.stdout)["embedding"]) - vector).max() < 1e-2
+
+
+def test_doctor_and_compile_say_what_this_machine_is(installed):
+    doctor = installed.cli("doctor")
+    assert doctor.returncode == 0, doctor.stderr
+    assert "vllm-rbln            0.12.0" in doctor.stdout and "rebel-compiler       not installed" in doctor.stdout
+    assert "device auto          cpu" in doctor.stdout
+    compiled = installed.cli("compile", HUB_MINILM, "--npu", "RBLN-CA25")
+    assert compiled.returncode == 1
+    assert compiled.stderr.startswith("rbln-retrieval: error: Compiling for an RBLN NPU needs rebel-compiler")
+    assert len(compiled.stderr.strip().splitlines()) == 1, compiled.stderr
+
+
+def test_framework_classes_with_their_defaults(installed):
+    done = run([sys.executable, "-c", FRAMEWORKS], installed.env, installed.home)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "langchain An NPU is a neural processing unit. | 1" in done.stdout
+    assert "llama_index An NPU is a neural processing unit. | 1" in done.stdout
+
+
+def test_an_npu_host_runs_this_packages_backend_never_vllm_rbln(tmp_path, tiny_models):
+    """On a simulated NPU host, where vllm-rbln's platform would win a bare vLLM import: doctor picks the NPU,
+    compile builds the README's model's graphs ahead of time, and serve, embed and both frameworks run it on the
+    NPU route through this package's backend, loading those graphs."""
+    home = user_home(
+        tmp_path / "home", {HUB_MINILM: tiny_models["bert-cls"], RERANKER: tiny_models["bert-cross-encoder"]}
+    )
+    setup = Setup(home, npu_host=True, log=tmp_path / "serve.log")
+    try:
+        doctor = setup.cli("doctor")
+        assert doctor.returncode == 0, doctor.stderr
+        assert "device auto          rbln" in doctor.stdout, doctor.stdout
+        compiled = setup.cli("compile", HUB_MINILM, "--npu", "RBLN-CA25")
+        assert compiled.returncode == 0 and compiled.stdout.startswith("compiled "), compiled.stderr[-3000:]
+        assert any((home / ".cache" / "rbln-retrieval").rglob("*.rbln")), "no artifacts in the user's compile cache"
+        setup.server.wait_ready()
+        check_server(setup.server, dimension=tiny_dimension(tiny_models["bert-cls"]))
+        embedded = setup.cli("embed", HUB_MINILM, "--no-progress", stdin="What is an NPU?\n")
+        assert embedded.returncode == 0, embedded.stderr[-3000:]
+        frameworks = run([sys.executable, "-c", FRAMEWORKS], setup.env, home)
+        assert frameworks.returncode == 0, frameworks.stderr[-3000:]
+        assert frameworks.stdout.count(" | 1") == 2, frameworks.stdout
+    finally:
+        setup.server.stop()
+    log = (tmp_path / "serve.log").read_text()
+    assert "vllm_rbln" not in log and "RblnPlatform" not in log, log[-3000:]
+
+
+def tiny_dimension(path: Path) -> int:
+    return json.loads((path / "config.json").read_text())["hidden_size"]
