@@ -52,6 +52,7 @@ test-avx2: install
 bench: install
 	$(PY) bench/run.py
 	$(PY) bench/step_flops.py
+	$(PY) bench/seed_side_by_side.py
 
 bench-backend: install
 	$(PY) bench/backend.py

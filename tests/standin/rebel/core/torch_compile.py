@@ -2,7 +2,7 @@
 the way vllm-rbln 0.12 calls it (``fullgraph=True``; options ``num_devices``, ``process_group_dict``,
 ``use_static_output``, ``dtype``, ``mode`` as a list, ``model_trace_method="export"``; never the old
 ``tensor_parallel_size``), lowers each graph to ATen and checks the graph contract (``rebel.contract``), records it,
-and runs the lowered graph on the CPU. With ``cache_dir`` and ``mega_cache_only`` a graph already in the mega cache
+and runs the lowered graph on the CPU (counting its FLOPs per call). With ``cache_dir`` and ``mega_cache_only`` a graph already in the mega cache
 (``rebel.core.mega_cache``) is taken from it instead of lowered again.
 """
 
@@ -64,9 +64,21 @@ def rbln_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], options: d
     key = _key(gm, example_inputs, options)
     if cached and key in mega_cache.STORE:
         contract.record("torch.compile", gm, example_inputs, options, None, [])
-        return mega_cache.STORE[key]
+        lowered = mega_cache.STORE[key]
+        return _counted(lowered, contract.cost(lowered, example_inputs)[0])
     lowered = contract.lower(gm, example_inputs)
-    contract.record("torch.compile", gm, example_inputs, options, lowered, contract.violations(gm, lowered, example_inputs))
+    found = contract.violations(gm, lowered, example_inputs)
+    compiled = contract.record("torch.compile", gm, example_inputs, options, lowered, found)
     if cached:
         mega_cache.STORE[key] = lowered
-    return lowered
+    return _counted(lowered, compiled.flops)
+
+
+def _counted(lowered: torch.fx.GraphModule, flops: float):
+    """``lowered``, run on the CPU, each call's FLOPs appended to ``contract.EXECUTED``."""
+
+    def run(*args: Any) -> Any:
+        contract.EXECUTED.append(flops)
+        return lowered(*args)
+
+    return run
