@@ -74,6 +74,12 @@ def model_path(name: str, root: Path) -> Path:
     path = root / name
     if not (path / "config.json").exists():
         BUILDERS[name](path)
+        config = json.loads((path / "config.json").read_text())
+        if config.get("model_type") in ("roberta", "xlm-roberta"):
+            # Real RoBERTa/XLM-R checkpoints carry it (transformers 5 no longer writes it), and vLLM 0.30's config
+            # check for these architectures reads it.
+            config.setdefault("position_embedding_type", "absolute")
+            (path / "config.json").write_text(json.dumps(config, indent=1))
     return path
 
 
@@ -230,13 +236,27 @@ def markdown(measured: list[dict[str, Any]], supported: list[dict[str, Any]]) ->
 
 
 def main() -> None:
-    root = Path(tempfile.mkdtemp(prefix="seed-models-"))
-    measured = [measure(family, root) for family in MEASURED]
-    supported = support(root)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "seed_side_by_side.json").write_text(
-        json.dumps({"npu": NPU, "measured": measured, "supported": supported}, indent=1) + "\n"
-    )
+    """All families in one run (``make bench``); ``--family`` measures some into ``--out``, and ``--merge`` joins
+    such partial runs (to spread one run over several processes)."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--family", action="append", choices=[f.name for f in MEASURED])
+    parser.add_argument("--no-support", action="store_true", help="skip the table of which system supports what")
+    parser.add_argument("--out", type=Path, default=RESULTS / "seed_side_by_side.json")
+    parser.add_argument("--merge", type=Path, nargs="+", help="partial runs to join into --out")
+    args = parser.parse_args()
+    if args.merge:
+        parts = [json.loads(p.read_text()) for p in args.merge]
+        measured = [row for f in MEASURED for part in parts for row in part["measured"] if row["family"] == f.name]
+        supported = next((part["supported"] for part in parts if part["supported"]), None)
+        supported = supported or support(Path(tempfile.mkdtemp(prefix="seed-models-")))
+    else:
+        root = Path(tempfile.mkdtemp(prefix="seed-models-"))
+        measured = [measure(f, root) for f in MEASURED if not args.family or f.name in args.family]
+        supported = [] if args.no_support else support(root)
+    args.out.parent.mkdir(exist_ok=True)
+    args.out.write_text(json.dumps({"npu": NPU, "measured": measured, "supported": supported}, indent=1) + "\n")
     print(markdown(measured, supported))
 
 
