@@ -101,9 +101,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     engine_limit, server_limit = budget.limits
     terminalreporter.section("engine-start budget (docs/development.md)", red=budget.over())
     write = terminalreporter.write_line
-    write(f"engine starts: {engines} of at most {engine_limit} ({sum(budget.subprocesses.values())} in processes the tests started)")
+    elsewhere = sum(budget.subprocesses.values())
+    write(f"engine starts: {engines} of at most {engine_limit} ({elsewhere} in processes the tests started)")
     write(f"server starts: {servers} of at most {server_limit}")
-    for file, count in sorted((budget.in_process + budget.subprocesses + budget.servers).items(), key=lambda item: (-item[1], item[0])):
+    for file, count in sorted(
+        (budget.in_process + budget.subprocesses + budget.servers).items(), key=lambda item: (-item[1], item[0])
+    ):
         write(f"  {count:3d}  {file}")
     if budget.over():
         write("over budget: make tests share engines (see docs/development.md) before raising the limit", red=True)

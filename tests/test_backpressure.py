@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
+import types
 
 import pytest
 from http_fakes import FakeServer
 
 from rbln_retrieval.remote import RemoteEngine, RemoteError
+from rbln_retrieval.remote import replicas as replicas_module
 from rbln_retrieval.remote.replicas import Replicas
 from rbln_retrieval.remote.served_model import RemoteModel
 from rbln_retrieval.server.limits import Backpressure, Limits
@@ -23,9 +24,11 @@ class App:
     def __init__(self) -> None:
         self.release = asyncio.Event()
         self.calls = 0
+        self.arrived = asyncio.Semaphore(0)  # one release per request that reached the app
 
     async def __call__(self, scope, receive, send) -> None:
         self.calls += 1
+        self.arrived.release()
         message = await receive()
         await self.release.wait()
         await send({"type": "http.response.start", "status": 200, "headers": []})
@@ -57,7 +60,8 @@ async def test_past_max_concurrent_requests_the_server_answers_429_with_retry_af
     inner = App()
     app = Backpressure(inner, Limits(max_concurrent_requests=2, max_queued_tokens=None, max_payload_bytes=None))
     held = [asyncio.create_task(request(app, b'{"input": "a"}')) for _ in range(2)]
-    await asyncio.sleep(0.05)
+    for _ in held:  # both hold a slot: they reached the app
+        await inner.arrived.acquire()
     status, headers, body = await request(app, b'{"input": "b"}')
     assert status == 429 and headers[b"retry-after"] == b"1"
     assert "max_concurrent_requests of 2" in json.loads(body)["error"]["message"]
@@ -72,7 +76,7 @@ async def test_queued_tokens_are_bounded_and_a_request_over_the_whole_budget_is_
     inner = App()
     app = Backpressure(inner, Limits(max_concurrent_requests=None, max_queued_tokens=100, max_payload_bytes=None))
     held = asyncio.create_task(request(app, b"x" * 300))  # 75 tokens queued
-    await asyncio.sleep(0.05)
+    await inner.arrived.acquire()
     status, headers, body = await request(app, b"y" * 200)  # 50 more: over 100
     assert status == 429 and b"retry-after" in headers and b"max_queued_tokens of 100" in body
     status, _, body = await request(app, b"z" * 404)  # 101 tokens alone: never fits
@@ -108,24 +112,39 @@ def test_limits_refuse_what_is_not_a_positive_integer(bad):
         Limits(max_payload_bytes=bad)
 
 
-async def test_the_client_waits_out_429_as_retry_after_says_and_it_costs_no_attempt():
+@pytest.fixture
+def waits(monkeypatch) -> list[float]:
+    """Every wait the client asks for (its asyncio.sleep), recorded, then waited."""
+    asked: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        asked.append(seconds)
+        await real_sleep(seconds)
+
+    real_sleep = asyncio.sleep
+    monkeypatch.setattr(replicas_module, "asyncio", types.SimpleNamespace(sleep=sleep, Semaphore=asyncio.Semaphore))
+    return asked
+
+
+async def test_the_client_waits_out_429_as_retry_after_says_and_it_costs_no_attempt(waits):
     with FakeServer("busy", busy_posts=3, retry_after="0.3") as server:
         replicas = Replicas([server.url], api_key=None, timeout=10, max_retries=0)
         assert await replicas.post("/v1/embeddings", {"input": []}) == {"data": []}
         await replicas.aclose()
     assert len(server.posts) == 4 and replicas.throttled == 3
-    assert all(0.3 <= gap < 0.3 * 1.25 + 0.2 for gap in server.gaps()), server.gaps()
+    assert len(waits) == 3 and all(0.3 <= wait <= 0.3 * 1.25 for wait in waits), waits  # Retry-After, jittered
+    assert all(gap >= 0.3 for gap in server.gaps()), server.gaps()
 
 
-async def test_a_server_busy_past_the_timeout_is_one_error_within_it():
+async def test_a_server_busy_past_the_timeout_is_one_error_within_it(waits):
     with FakeServer("busy", busy_posts=10**6, retry_after="") as server:  # no Retry-After: 1 s by default
         replicas = Replicas([server.url], api_key=None, timeout=2.5, max_retries=3)
-        started = time.monotonic()
         with pytest.raises(RemoteError, match=r"stayed busy \(HTTP 429\) past the call's timeout of 2.5 s"):
             await replicas.post("/v1/embeddings", {"input": []})
-        waited = time.monotonic() - started
         await replicas.aclose()
-    assert waited < 2.5 and 2 <= len(server.posts) <= 3, (waited, len(server.posts))
+    # Each wait is the default second, jittered; the client stops before a wait would pass the call's timeout.
+    assert all(1.0 <= wait <= 1.25 for wait in waits) and sum(waits) <= 2.5, waits
+    assert len(server.posts) == len(waits) + 1 and 1 <= len(waits) <= 2, (waits, len(server.posts))
 
 
 def test_batches_stay_under_the_advertised_limits_in_order_each_input_once():

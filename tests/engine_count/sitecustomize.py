@@ -1,6 +1,6 @@
 """Counts the engine starts of a process the test suite starts (tests/engine_budget.py puts this folder on the
-PYTHONPATH of the suite's subprocesses): when ``rbln_retrieval.local.engine`` is imported, each start of a
-PoolingEngine appends the test's file (as pytest names it in PYTEST_CURRENT_TEST) as one line to the file named by RBLN_TEST_ENGINE_STARTS."""
+PYTHONPATH of the suite's subprocesses): once ``rbln_retrieval.local.engine`` is imported, each start of a
+PoolingEngine appends one line, the starting test's file (from PYTEST_CURRENT_TEST), to RBLN_TEST_ENGINE_STARTS."""
 
 import importlib.abc
 import importlib.machinery
