@@ -18,6 +18,7 @@ from langchain_core.documents import Document
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 from pydantic import ValidationError
 
+import rbln_retrieval.frameworks.settings
 from langchain_rbln import RBLNEmbeddings, RBLNReranker
 from llama_index.embeddings.rbln import RBLNEmbedding
 from llama_index.postprocessor.rbln_rerank import RBLNReranker as NodeReranker
@@ -209,6 +210,58 @@ def test_family_trust_remote_code_and_allow_pickle_pass_through(tmp_path):
         )._engine.spec.options["family"]
         == "qwen3-embedding"
     )
+
+
+MAKERS = {
+    "langchain-embeddings": lambda model, **kw: RBLNEmbeddings(model=model, **kw),
+    "langchain-reranker": lambda model, **kw: RBLNReranker(model=model, **kw),
+    "llama-index-embedding": lambda model, **kw: RBLNEmbedding(model_name=model, **kw),
+    "llama-index-reranker": lambda model, **kw: NodeReranker(model=model, **kw),
+}
+
+
+@pytest.mark.parametrize("make", MAKERS.values(), ids=MAKERS)
+def test_every_engine_field_reaches_get_engine(monkeypatch, make):
+    """Only the pass-through, the same for every framework class: each engine field as given, the others at their
+    defaults, the API key from the environment unless given (the remote client and the engine are rbln_retrieval's,
+    tested there)."""
+    calls = []
+
+    class Handle:
+        engine = None
+
+    def recording_get_engine(model, **kwargs):
+        calls.append((model, kwargs))
+        return Handle()
+
+    monkeypatch.setattr(rbln_retrieval.frameworks.settings, "get_engine", recording_get_engine)
+    monkeypatch.setenv("RBLN_API_KEY", "from-env")
+    given = dict(max_length=128, truncate="error", engine_kwargs={"max_num_seqs": 8}, dtype="bfloat16")
+    source = dict(revision="v2", cache_folder="/hf-cache")
+    make("served-model", base_url="http://127.0.0.1:9/", timeout=5.0, hf_token="hf-token", **given, **source)
+    make("served-model", base_url=["http://a", "http://b"], api_key="explicit")
+    defaults = dict(device="auto", family=None, trust_remote_code=False, allow_pickle=False, attach=False)
+    assert calls == [
+        (
+            "served-model",
+            dict(base_url="http://127.0.0.1:9/", api_key="from-env", token="hf-token", **given, **source, **defaults),
+        ),
+        (
+            "served-model",
+            dict(
+                base_url=["http://a", "http://b"],
+                api_key="explicit",
+                token=None,
+                revision=None,
+                cache_folder=None,
+                max_length=None,
+                truncate="end",
+                engine_kwargs={},
+                dtype="auto",
+                **defaults,
+            ),
+        ),
+    ]
 
 
 def test_invalid_unicode_and_mappings_in_the_frameworks(minilm, minilm_engine):
