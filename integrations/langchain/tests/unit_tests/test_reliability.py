@@ -3,15 +3,12 @@ top_n bounds, NaN/infinite score_threshold, and an API key that never shows."""
 
 from __future__ import annotations
 
-import logging
 import math
-import traceback
 
 import numpy as np
 import pytest
 from http_fakes import API_KEY, assert_api_key_hidden
 from langchain_core.documents import Document
-from model_builders import HUB_MINILM
 
 from langchain_rbln import RBLNEmbeddings, RBLNReranker
 
@@ -50,21 +47,3 @@ def test_nan_or_infinite_score_threshold_is_rejected_at_construction(minilm, cpu
 )
 def test_api_key_never_appears_in_repr_logs_or_errors(minilm, caplog, cls, use):
     assert_api_key_hidden(lambda url: cls(model=minilm, base_url=url, api_key=API_KEY, timeout=2), use, caplog)
-
-
-def test_a_hugging_face_id_works_like_its_directory_and_the_token_never_shows(
-    hub_cache, minilm_embeddings, cpu, caplog
-):
-    """Ids resolve offline from a Hugging Face cache; the hub token is a SecretStr that reaches no repr, log or
-    error."""
-    caplog.set_level(logging.DEBUG)
-    token = "hf_langchain_secret_4b7e"
-    by_id = RBLNEmbeddings(model=f"{HUB_MINILM}@main", cache_folder=str(hub_cache), hf_token=token, **cpu)
-    np.testing.assert_allclose(by_id.embed_documents(TEXTS), minilm_embeddings.embed_documents(TEXTS), atol=1e-5)
-    reranker = RBLNReranker(model=HUB_MINILM, revision="main", cache_folder=str(hub_cache), top_n=None, **cpu)
-    assert reranker.engine.engine is by_id.engine.engine  # one engine for every spelling of one snapshot
-    with pytest.raises(ValueError) as raised:
-        RBLNEmbeddings(model=HUB_MINILM, revision="v9", cache_folder=str(hub_cache), hf_token=token, **cpu)
-    assert f"Revision 'v9' of {HUB_MINILM} is not in the Hugging Face cache" in str(raised.value)
-    shown = [repr(by_id), str(by_id), by_id.model_dump_json(), "".join(traceback.format_exception(raised.value))]
-    assert all(token not in text for text in [*shown, caplog.text])

@@ -3,16 +3,10 @@ never shows."""
 
 from __future__ import annotations
 
-import logging
-import traceback
-
 import numpy as np
-import pytest
 from http_fakes import API_KEY, assert_api_key_hidden
-from model_builders import HUB_MINILM, HUB_TINY_RERANKER
 
 from llama_index.embeddings.rbln import RBLNEmbedding
-from rbln_retrieval import ModelNotFoundError, PoolingEngine
 
 TEXTS = ["Mars looks red.", "", "Jupiter is big.", "Mars looks red.", "火星は赤い。", "Venus is hot.", "  "]
 
@@ -32,20 +26,3 @@ def test_api_key_never_appears_in_repr_logs_or_errors(minilm, caplog):
         lambda obj: obj.get_text_embedding("x"),
         caplog,
     )
-
-
-def test_a_hugging_face_id_works_like_its_directory_and_the_token_never_shows(hub_cache, minilm, cpu, caplog):
-    caplog.set_level(logging.DEBUG)
-    token = "hf_llamaindex_secret_8a2c"
-    by_id = RBLNEmbedding(model_name=f"{HUB_MINILM}@main", cache_folder=str(hub_cache), hf_token=token, **cpu)
-    by_path = RBLNEmbedding(model_name=minilm, **cpu)
-    np.testing.assert_allclose(
-        by_id.get_text_embedding_batch(TEXTS), by_path.get_text_embedding_batch(TEXTS), atol=1e-5
-    )
-    assert by_id._engine.engine is PoolingEngine.shared(HUB_MINILM, cache_folder=hub_cache, **cpu).engine
-    with pytest.raises(ValueError, match="is a reranker"):  # found from the id's configs, before any engine
-        RBLNEmbedding(model_name=HUB_TINY_RERANKER, cache_folder=str(hub_cache), **cpu)
-    with pytest.raises(ModelNotFoundError, match="no-such-org/model is not in the Hugging Face cache") as raised:
-        RBLNEmbedding(model_name="no-such-org/model", cache_folder=str(hub_cache), hf_token=token, **cpu)
-    shown = [repr(by_id), str(by_id), by_id.to_json(), "".join(traceback.format_exception(raised.value))]
-    assert all(token not in text for text in [*shown, caplog.text])

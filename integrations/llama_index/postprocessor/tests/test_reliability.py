@@ -3,16 +3,13 @@ NaN/infinite score_threshold, and an API key that never shows."""
 
 from __future__ import annotations
 
-import logging
 import math
 
 import pytest
 from http_fakes import API_KEY, assert_api_key_hidden
 from llama_index.core.schema import NodeWithScore, TextNode
-from model_builders import HUB_MINILM
 
 from llama_index.postprocessor.rbln_rerank import RBLNReranker
-from rbln_retrieval import PoolingEngine
 
 QUERY = "Which planet is red?"
 TEXTS = ["Mars looks red.", "", "Jupiter is big.", "Mars looks red.", "火星は赤い。", "Venus is hot.", "  "]
@@ -41,18 +38,3 @@ def test_api_key_never_appears_in_repr_logs_or_errors(minilm, caplog):
         lambda obj: obj.postprocess_nodes(nodes(), query_str=QUERY),
         caplog,
     )
-
-
-def test_a_hugging_face_id_ranks_like_its_directory_and_the_token_never_shows(hub_cache, minilm, cpu, caplog):
-    caplog.set_level(logging.DEBUG)
-    token = "hf_llamaindex_secret_3f9d"
-    by_id = RBLNReranker(
-        model=HUB_MINILM, revision="main", cache_folder=str(hub_cache), hf_token=token, top_n=None, **cpu
-    )
-    by_path = RBLNReranker(model=str(minilm), top_n=None, **cpu)
-    ranked = by_id.postprocess_nodes(nodes(), query_str=QUERY)
-    expected = by_path.postprocess_nodes(nodes(), query_str=QUERY)
-    assert [n.node.node_id for n in ranked] == [n.node.node_id for n in expected]
-    assert [n.score for n in ranked] == pytest.approx([n.score for n in expected], abs=1e-5)
-    assert by_id._engine.engine is PoolingEngine.shared(HUB_MINILM, cache_folder=hub_cache, **cpu).engine
-    assert all(token not in text for text in [repr(by_id), str(by_id), by_id.to_json(), caplog.text])
