@@ -125,12 +125,21 @@ NPU_NAMESPACES = {"aten", "prims", "rbln_custom_ops"}
 # Every family on the torch.compile route (RBLN-CR13); on the ahead-of-time route (RBLN-CA25), whose graphs are the
 # same bucket graphs handed to another entry point, one family of each kind: an encoder, a cross-encoder, a causal
 # model and bge-m3 (token-level outputs pooled on the host).
+# One test per route, each parametrized by ``pair`` alone, so pytest groups every test of a family around one pair.
 AOT_FAMILIES = ["all-MiniLM-L6-v2", "bert-cross-encoder", "qwen3-embedding", "bge-m3"]
-ROUTES = [(family, "RBLN-CR13") for family in FAMILIES] + [(family, "RBLN-CA25") for family in AOT_FAMILIES]
 
 
-@pytest.mark.parametrize(("pair", "npu"), ROUTES, indirect=["pair"])
-def test_rbln_target_hands_the_compiler_aten_graphs_with_weights_as_module_state(pair, npu, request, caplog):
+@pytest.mark.parametrize("pair", FAMILIES, indirect=True)
+def test_rbln_target_on_the_torch_compile_route(pair, request, caplog):
+    assert_rbln_target(pair, "RBLN-CR13", request, caplog)
+
+
+@pytest.mark.parametrize("pair", AOT_FAMILIES, indirect=True)
+def test_rbln_target_on_the_ahead_of_time_route(pair, request, caplog):
+    assert_rbln_target(pair, "RBLN-CA25", request, caplog)
+
+
+def assert_rbln_target(pair, npu, request, caplog):
     """device="rbln" against the stand-in compiler, on the route of each NPU family: each bucket graph lowers to
     ATen only, writes into none of its inputs, holds real contiguous weights as module state (one copy shared by
     every bucket), is compiled the way SDK 0.12 compiles for that family, and computes what vLLM's stock runner
