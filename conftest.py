@@ -22,8 +22,8 @@ from model_builders import (
     minilm_path,
 )
 
-# Engine and server starts per session, against the limits docs/development.md states.
-pytest_plugins = ["engine_budget"]
+# Engine and server starts per session, against the limits docs/development.md states; pytester for its own test.
+pytest_plugins = ["engine_budget", "pytester"]
 
 
 class TinyModels:

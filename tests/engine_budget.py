@@ -20,7 +20,7 @@ import pytest
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "development.md"
 COUNTER = Path(__file__).resolve().parent / "engine_count"
-LIMITS = re.compile(r"at most \*\*(\d+) engine starts\*\* and \*\*(\d+) server starts\*\*")
+LIMITS = re.compile(r"at most\s+\*\*(\d+) engine starts\*\*\s+and\s+\*\*(\d+) server starts\*\*")
 
 
 def stated_limits() -> tuple[int, int]:
