@@ -28,7 +28,7 @@ def test_the_docs_state_both_limits():
 
 @pytest.mark.parametrize(("extra", "status"), [(0, 0), (1, 1)], ids=["at-the-limit", "one-past-it"])
 def test_a_session_past_the_engine_start_limit_fails(pytester, monkeypatch, extra, status):
-    monkeypatch.setenv("PYTHONPATH", f"{TESTS}:{Path.cwd()}")
+    monkeypatch.setenv("PYTHONPATH", f"{TESTS}:{TESTS.parent}")  # the helpers, and this checkout
     pytester.makepyfile(test_inner=STARTS.format(extra=extra))
     result = pytester.runpytest_subprocess("-p", "engine_budget", "-p", "no:cacheprovider")
     assert result.ret == status, result.stdout.str()
