@@ -104,9 +104,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     elsewhere = sum(budget.subprocesses.values())
     write(f"engine starts: {engines} of at most {engine_limit} ({elsewhere} in processes the tests started)")
     write(f"server starts: {servers} of at most {server_limit}")
-    for file, count in sorted(
-        (budget.in_process + budget.subprocesses + budget.servers).items(), key=lambda item: (-item[1], item[0])
-    ):
-        write(f"  {count:3d}  {file}")
+    engines_per_file = budget.in_process + budget.subprocesses
+    write("  engines servers  file")
+    for file in sorted(engines_per_file | budget.servers, key=lambda f: (-engines_per_file[f] - budget.servers[f], f)):
+        write(f"  {engines_per_file[file]:7d} {budget.servers[file]:7d}  {file}")
     if budget.over():
         write("over budget: make tests share engines (see docs/development.md) before raising the limit", red=True)
