@@ -24,9 +24,11 @@ TOKEN_BYTES = 4
 PAIR_FIELDS = (("query", "documents"), ("queries", "documents"), ("queries", "items"), ("data_1", "data_2"))
 PAIR_FIELDS += (("text_1", "text_2"),)
 PAIR_PATHS = frozenset({"/score", "/v1/score", "/rerank", "/v1/rerank", "/v2/rerank"})
-# Where other pooling requests carry their inputs: OpenAI's and vLLM's `input`, Cohere's `texts`/`images`/`inputs`,
+# Where other pooling requests carry their inputs: OpenAI's and vLLM's `input`, Cohere's `texts`/`inputs`,
 # chat-style `messages`, /tokenize's `prompt`.
-INPUT_FIELDS = ("input", "texts", "images", "inputs", "messages", "prompt")
+INPUT_FIELDS = ("input", "texts", "inputs", "messages", "prompt")
+# Where a structured input (a message, a content part) holds text for the tokenizer.
+TEXT_KEYS = ("content", "text")
 
 
 @dataclass(frozen=True)
@@ -109,12 +111,13 @@ def _is_one_input(value: list[Any]) -> bool:
 
 
 def _texts(value: Any) -> Iterator[str]:
-    """Every string inside an input (a text, a multimodal item's parts, a conversation's messages)."""
+    """The text inside an input: a string, a multimodal item's text parts, a conversation's contents (not their
+    roles, part types or media)."""
     if isinstance(value, str):
         yield value
     elif isinstance(value, dict):
-        for item in value.values():
-            yield from _texts(item)
+        for key in TEXT_KEYS:
+            yield from _texts(value.get(key))
     elif isinstance(value, list):
         for item in value:
             yield from _texts(item)
