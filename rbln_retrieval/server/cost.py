@@ -21,8 +21,13 @@ TOKEN_BYTES = 4
 
 # The (first, second) fields of a scoring request, in the order vLLM's request models try them; the first side is
 # the query, repeated against every item of the second when it is one.
-PAIR_FIELDS = (("query", "documents"), ("queries", "documents"), ("queries", "items"), ("data_1", "data_2"))
-PAIR_FIELDS += (("text_1", "text_2"),)
+PAIR_FIELDS = (
+    ("query", "documents"),
+    ("queries", "documents"),
+    ("queries", "items"),
+    ("data_1", "data_2"),
+    ("text_1", "text_2"),
+)
 PAIR_PATHS = frozenset({"/score", "/v1/score", "/rerank", "/v1/rerank", "/v2/rerank"})
 # Where other pooling requests carry their inputs: OpenAI's and vLLM's `input`, Cohere's `texts`/`inputs`,
 # chat-style `messages`, /tokenize's `prompt`.

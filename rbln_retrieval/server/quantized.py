@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
@@ -37,9 +38,11 @@ def add_quantized_route(app: Any) -> None:
         body = {"message": message, "type": kind, "param": None, "code": status}
         return JSONResponse({"error": body}, status_code=status)
 
-    @with_cancellation  # the body is read by now, as this decorator needs: it listens for the disconnect
-    async def embed_floats(request: Any, raw_request: Request) -> Any:
+    async def serve_floats(request: Any, raw_request: Request) -> Any:
         return await raw_request.app.state.serving_embedding(request, raw_request)
+
+    # The body is read before this runs, as vLLM's decorator needs: it listens for the disconnect meanwhile.
+    embed_floats: Callable[[Any, Request], Awaitable[Any]] = with_cancellation(serve_floats)  # type: ignore[no-untyped-call]
 
     async def quantized_embeddings(raw_request: Request) -> Any:
         serving = getattr(raw_request.app.state, "serving_embedding", None)
