@@ -149,6 +149,7 @@ DOCUMENTS = ["a document"] * 10
         ("/rerank", ("query", "documents")),
         ("/v1/rerank", ("query", "documents")),
         ("/v2/rerank", ("query", "documents")),
+        ("/invocations", ("query", "documents")),
     ],
 )
 async def test_a_scoring_request_costs_its_query_once_per_document(path, fields):

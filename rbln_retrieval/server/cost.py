@@ -1,10 +1,11 @@
 """What a request will cost the server, read from its JSON body before anything is tokenized: how many inputs it
 asks for, the characters of each, and the tokens vLLM will tokenize for it.
 
-The body's size alone underestimates a scoring request: vLLM's /score and /rerank (and their /v1, /v2 forms) pair
-the query with every document and tokenize each pair whole before any truncation, so a query is tokenized once per
-document. Here a pair costs the query's size plus the document's; any other request costs its body's size. Sizes are
-UTF-8 bytes, TOKEN_BYTES a token (English text's usual size), as the body-size estimate always was.
+The body's size alone underestimates a scoring request: vLLM's /score and /rerank (their /v1, /v2 forms and
+/invocations) pair the query with every document and tokenize each pair whole before any truncation, so a query is
+tokenized once per document. Here a pair costs the query's size plus the document's; any other request costs its
+body's size. Sizes are UTF-8 bytes, TOKEN_BYTES a token (English text's usual size), as the body-size estimate
+always was.
 
 Imports: nothing beyond the standard library.
 """
@@ -28,7 +29,8 @@ PAIR_FIELDS = (
     ("data_1", "data_2"),
     ("text_1", "text_2"),
 )
-PAIR_PATHS = frozenset({"/score", "/v1/score", "/rerank", "/v1/rerank", "/v2/rerank"})
+# vLLM's scoring routes, and SageMaker's /invocations, which serves a scoring request by its body's shape.
+PAIR_PATHS = frozenset({"/score", "/v1/score", "/rerank", "/v1/rerank", "/v2/rerank", "/invocations"})
 # Where other pooling requests carry their inputs: OpenAI's and vLLM's `input`, Cohere's `texts`/`inputs`,
 # chat-style `messages`, /tokenize's `prompt`.
 INPUT_FIELDS = ("input", "texts", "inputs", "messages", "prompt")

@@ -119,7 +119,7 @@ class Backpressure:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
-        cost = request_cost(scope.get("path", ""), body)
+        cost = request_cost(scope.get("path", "").removeprefix(scope.get("root_path", "")), body)
         if too_costly := limits.refusal(cost):
             await self._refuse(send, *_error(413, too_costly, "RequestTooLarge"))
             return
