@@ -72,7 +72,7 @@ def request_cost(path: str, body: bytes) -> Cost:
     for field in INPUT_FIELDS:
         if field in request:
             items = _items(field, request[field])
-            return _cost(body, field, items, len(items), len(body), f"{len(body)} bytes")
+            return _cost(field, items, len(items), len(body), f"{len(body)} bytes")
     return body_cost(body)
 
 
@@ -91,10 +91,10 @@ def _pairs_cost(body: bytes, first: str, queries: Any, second: str, documents: A
         pair_bytes += sum(query_bytes)
         basis = f"{len(queries)} {first} and {len(documents)} {second} of {pair_bytes} bytes"
     tokens_bytes = max(pair_bytes, len(body))
-    return _cost(body, second, items, max(len(queries), len(documents)), tokens_bytes, basis)
+    return _cost(second, items, max(len(queries), len(documents)), tokens_bytes, basis)
 
 
-def _cost(body: bytes, what: str, items: list[tuple[str, Any]], inputs: int, size: int, basis: str) -> Cost:
+def _cost(what: str, items: list[tuple[str, Any]], inputs: int, size: int, basis: str) -> Cost:
     longest = max(((name, _chars(item)) for name, item in items), key=lambda pair: pair[1], default=None)
     return Cost(inputs, what, longest, math.ceil(size / TOKEN_BYTES), basis)
 
