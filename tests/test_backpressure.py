@@ -35,17 +35,22 @@ class App:
         await send({"type": "http.response.body", "body": message["body"]})
 
 
-async def request(app, body: bytes, *, method="POST", chunks: int = 1, declare: bool = True):
-    """(status, headers, body) of one request to ``app``, its body sent in ``chunks`` pieces."""
+async def request(
+    app, body: bytes, *, method="POST", chunks: int = 1, declare: bool = True, path="/v1/embeddings", receive=None
+):
+    """(status, headers, body) of one request to ``path`` of ``app``, its body sent in ``chunks`` pieces (or as
+    ``receive`` gives it)."""
     headers = [(b"content-length", str(len(body)).encode())] if declare else []
-    scope = {"type": "http", "method": method, "path": "/v1/embeddings", "headers": headers}
+    scope = {"type": "http", "method": method, "path": path, "headers": headers}
     step = max(1, -(-len(body) // chunks))
     pieces = [body[i : i + step] for i in range(0, len(body), step)] or [b""]
     messages = [{"type": "http.request", "body": p, "more_body": i < len(pieces) - 1} for i, p in enumerate(pieces)]
     sent: list[dict] = []
 
-    async def receive():
+    async def pieces_then_disconnect():
         return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    receive = receive or pieces_then_disconnect
 
     async def send(message):
         sent.append(message)
@@ -96,6 +101,115 @@ async def test_a_body_over_max_payload_bytes_is_413_naming_the_limit(declare):
     assert message.startswith("The request body is") and "max_payload_bytes of 1000" in message
     status, _, body = await request(app, b"x" * 1000, chunks=4, declare=declare)
     assert status == 200 and body == b"x" * 1000  # replayed whole to the app
+
+
+async def test_a_request_holds_its_slot_while_its_body_arrives_so_slow_uploads_cannot_pile_up():
+    inner = App()
+    inner.release.set()
+    app = Backpressure(inner, Limits(max_concurrent_requests=1))
+    first_piece_read, rest_sent = asyncio.Event(), asyncio.Event()
+
+    async def slow_upload():
+        if not first_piece_read.is_set():
+            first_piece_read.set()
+            return {"type": "http.request", "body": b'{"input": ', "more_body": True}
+        await rest_sent.wait()
+        return {"type": "http.request", "body": b'"a"}', "more_body": False}
+
+    slow = asyncio.create_task(request(app, b'{"input": "a"}', receive=slow_upload))
+    await first_piece_read.wait()
+    status, headers, body = await request(app, b'{"input": "b"}')
+    assert status == 429 and b"retry-after" in headers
+    assert "1 requests in flight, the max_concurrent_requests of 1" in json.loads(body)["error"]["message"]
+    assert inner.calls == 0
+    rest_sent.set()
+    assert (await slow)[0] == 200 and app.in_flight == 0
+
+
+async def test_a_client_gone_while_uploading_frees_its_slot():
+    inner = App()
+    app = Backpressure(inner, Limits(max_concurrent_requests=1))
+    pieces = [{"type": "http.request", "body": b'{"in', "more_body": True}, {"type": "http.disconnect"}]
+
+    async def gone():
+        return pieces.pop(0)
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/embeddings", "headers": []}
+    await app(scope, gone, None)  # nothing is sent to a client that left
+    assert app.in_flight == 0 and inner.calls == 0
+
+
+QUERY = "w " * 500  # 1000 bytes: 250 tokens, counted once per document by vLLM's pair tokenization
+DOCUMENTS = ["a document"] * 10
+
+
+@pytest.mark.parametrize(
+    ("path", "fields"),
+    [
+        ("/score", ("queries", "documents")),
+        ("/score", ("queries", "items")),
+        ("/score", ("data_1", "data_2")),
+        ("/v1/score", ("text_1", "text_2")),
+        ("/rerank", ("query", "documents")),
+        ("/v1/rerank", ("query", "documents")),
+        ("/v2/rerank", ("query", "documents")),
+        ("/invocations", ("query", "documents")),
+    ],
+)
+async def test_a_scoring_request_costs_its_query_once_per_document(path, fields):
+    """Its body (about 1,100 bytes: 275 tokens by bytes) passes a 1,000-token budget; the pairs vLLM tokenizes
+    (10 x the 1,000-byte query, plus the documents) do not: 413 naming the limit, its value and the count."""
+    inner = App()
+    inner.release.set()
+    app = Backpressure(inner, Limits(max_queued_tokens=1000))
+    body = json.dumps({"model": "m", fields[0]: QUERY, fields[1]: DOCUMENTS}).encode()
+    assert len(body) / 4 < 1000
+    status, _, answer = await request(app, body, path=path)
+    assert status == 413 and inner.calls == 0
+    assert json.loads(answer)["error"]["message"] == (
+        f"The request costs about 2525 tokens to tokenize (the 1000-byte {fields[0]} counted with each of the 10 "
+        f"{fields[1]}), over the server's max_queued_tokens of 1000; split it into smaller requests."
+    )
+    few = json.dumps({"model": "m", fields[0]: QUERY, fields[1]: DOCUMENTS[:3]}).encode()
+    assert (await request(app, few, path=path))[0] == 200
+
+
+@pytest.mark.parametrize(
+    ("path", "request_body", "message"),
+    [
+        (
+            "/v1/embeddings",
+            {"input": ["a"] * 500_000},
+            "The request has 500000 items in `input`, over the server's max_inputs_per_request of 2048; split it "
+            "into smaller requests.",
+        ),
+        (
+            "/rerank",
+            {"query": "q", "documents": ["d"] * 2049},
+            "The request has 2049 items in `documents`, over the server's max_inputs_per_request of 2048; split it "
+            "into smaller requests.",
+        ),
+        (
+            "/rerank",
+            {"query": "q", "documents": ["d", "x" * 262_145]},
+            "`documents[1]` is 262145 characters, over the server's max_input_chars of 262144; shorten it (only the "
+            "model's max length in tokens is kept of it) or split it.",
+        ),
+        (
+            "/v1/embeddings",
+            {"input": "y" * 300_000},
+            "`input` is 300000 characters, over the server's max_input_chars of 262144; shorten it (only the "
+            "model's max length in tokens is kept of it) or split it.",
+        ),
+    ],
+    ids=["embeddings-inputs", "rerank-documents", "rerank-document-chars", "embeddings-chars"],
+)
+async def test_inputs_and_characters_past_the_limits_are_413_naming_limit_value_and_item(path, request_body, message):
+    inner = App()
+    inner.release.set()
+    app = Backpressure(inner, Limits(max_payload_bytes=None, max_queued_tokens=None))
+    status, _, answer = await request(app, json.dumps(request_body).encode(), path=path)
+    assert (status, json.loads(answer)["error"]["message"]) == (413, message) and inner.calls == 0
 
 
 async def test_gets_are_never_bounded():

@@ -23,6 +23,7 @@ from servers import Server
 
 from rbln_retrieval.engines.protocol import DESCRIBE_PATH
 from rbln_retrieval.remote import RemoteEngine
+from rbln_retrieval.server.limits import Limits
 
 pytestmark = pytest.mark.server
 
@@ -96,7 +97,7 @@ def test_the_server_honours_vllms_own_options(bounded, minilm):
     assert "Uvicorn running on" not in log and "Started server process" not in log
     assert '"POST /v1/embeddings HTTP/1.1" 200' not in log
     described = httpx.get(bounded.url + DESCRIBE_PATH, verify=bounded.verify).json()
-    assert described["limits"] == LIMITS
+    assert described["limits"] == {**Limits().advertised(), **LIMITS}
 
 
 def _client(verify, clients: int = CLIENTS) -> httpx.AsyncClient:
