@@ -156,7 +156,9 @@ class Replicas:
                 return dict(await self._request("POST", path, body, Deadline.after(self.timeout)))
         slots = self._slots  # limit_in_flight may replace it meanwhile: released where acquired
         try:
-            await asyncio.wait_for(slots.acquire(), max(0.0, deadline.remaining()))
+            await (
+                asyncio.wait_for(slots.acquire(), max(0.0, deadline.remaining())) if slots.locked() else slots.acquire()
+            )
         except TimeoutError:
             raise RemoteError(
                 f"{path} was not sent within the call's timeout of {deadline.seconds:g} s: every in-flight slot "
@@ -170,6 +172,8 @@ class Replicas:
     async def _request(
         self, method: str, path: str, body: dict[str, Any] | None, deadline: Deadline, pinned: _Replica | None = None
     ) -> Any:
+        if deadline.remaining() <= 0:  # spent before this request (the description, an earlier request)
+            raise RemoteError(f"The call's timeout of {deadline.seconds:g} s passed before {path} was sent.")
         failure = "no attempt made"
         attempt = 0
         while attempt <= self._max_retries:
