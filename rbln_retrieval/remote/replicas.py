@@ -153,7 +153,8 @@ class Replicas:
             self._slots = asyncio.Semaphore(self._max_in_flight)
         if deadline is None:
             async with self._slots:
-                return dict(await self._request("POST", path, body, Deadline.after(self.timeout)))
+                answer: dict[str, Any] = await self._request("POST", path, body, Deadline.after(self.timeout))
+                return answer
         slots = self._slots  # limit_in_flight may replace it meanwhile: released where acquired
         try:
             await (
@@ -165,7 +166,8 @@ class Replicas:
                 "stayed busy; raise timeout or max_in_flight, or add replicas."
             ) from None
         try:
-            return dict(await self._request("POST", path, body, deadline))
+            answered: dict[str, Any] = await self._request("POST", path, body, deadline)
+            return answered
         finally:
             slots.release()
 

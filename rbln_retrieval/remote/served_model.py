@@ -197,7 +197,7 @@ class RemoteModel:
         whatever the request names) is refused."""
         served = await self._served_id(deadline)
         answer = await self._replicas.post(path, {"model": served, **body}, deadline)
-        answered_for = answer.get("model")
+        answered_for = answer.get("model") if isinstance(answer, dict) else None
         if self._listed and isinstance(answered_for, str) and answered_for != served:
             raise ReplicaMismatchError(
                 f"A replica behind {', '.join(self._replicas.urls)} answered {path} for model {answered_for!r}, but "
