@@ -322,14 +322,14 @@ def test_remote_failures_map_to_one_error_after_bounded_retries_with_backoff(min
 
 def test_a_remote_timeout_bounds_the_whole_call_not_each_attempt(minilm):
     with (
-        FakeServer("sleep", delay=3.0) as server,
-        RemoteEngine(minilm, base_url=server.url, max_retries=3, timeout=0.5) as remote,
+        FakeServer("sleep", delay=8.0) as server,
+        RemoteEngine(minilm, base_url=server.url, max_retries=3, timeout=2) as remote,
     ):
         with pytest.raises(RemoteError) as failure:
             remote.embed(["a", "b"])
     assert str(failure.value) == (
-        f"/v1/embeddings got no answer within the call's timeout of 0.5 s (1 attempt); last: {server.url} timed out "
-        "after 0.5 s (the call's timeout)."
+        f"/v1/embeddings got no answer within the call's timeout of 2 s (1 attempt); last: {server.url} timed out "
+        "after 2 s (the call's timeout)."
     )
     assert len(server.posts) == 1, "a retry never starts past the call's deadline"
 

@@ -203,26 +203,28 @@ def test_score_dataset_scores_each_pair_as_the_engine_does(ray_cluster, minilm, 
 
 
 def test_a_batch_that_kills_its_actor_every_time_fails_the_job_naming_its_rows(ray_cluster, minilm):
-    rows = ray.data.from_items([{"id": 100 + i, "text": f"row {i}"} for i in range(10)], override_num_blocks=1)
-    pool = {**POOL, "actors": 1}  # one batch on one actor: the actor killed is the one that holds it
+    # One batch on one actor, long enough (400 texts of max_length tokens: seconds of CPU) to be in flight when the
+    # killer, watching the job's attempt counter, sees it start; the killer SIGKILLs the actor at every attempt, as
+    # the kernel's OOM killer would at a batch that exhausts its memory, so the batch never finishes.
+    texts = [{"id": 100 + i, "text": f"row {i} " + "retrieval " * 300} for i in range(400)]
+    rows = ray.data.from_items(texts, override_num_blocks=1)
+    pool = {**POOL, "actors": 1, "batch_size": 400}
     dataset = embed_dataset(rows, str(minilm), **pool, max_batch_attempts=2, **ENGINE)
     done, kills = threading.Event(), []
 
     def kill_every_attempt() -> None:
-        # Each time the job's counter records one more attempt at the batch, its actor is SIGKILLed (as the
-        # kernel's OOM killer would), so the batch never finishes.
         seen = 0
         while not done.is_set():
             counters = [a for a in ray._private.state.actors().values() if "_BatchAttempts" in a["ActorClassName"]]
             alive = [a for a in counters if a["State"] == "ALIVE"]
-            if alive:
-                handle = ray.get_actor(alive[0]["Name"]) if alive[0]["Name"] else None
-                attempts = max(ray.get(handle.pending.remote()).values(), default=0) if handle else 0
-                if attempts > seen and embedding_actors():
-                    os.kill(embedding_actors()[0]["Pid"], signal.SIGKILL)
-                    kills.append(attempts)
-                    seen = attempts
-            time.sleep(0.2)
+            attempts = (
+                max(ray.get(ray.get_actor(alive[0]["Name"]).pending.remote()).values(), default=0) if alive else 0
+            )
+            if attempts > seen and embedding_actors():
+                os.kill(embedding_actors()[0]["Pid"], signal.SIGKILL)
+                kills.append(attempts)
+                seen = attempts
+            done.wait(0.05)
 
     killer = threading.Thread(target=kill_every_attempt, daemon=True)
     killer.start()
@@ -232,11 +234,10 @@ def test_a_batch_that_kills_its_actor_every_time_fails_the_job_naming_its_rows(r
     finally:
         done.set()
         killer.join()
-    message = str(failure.value)
-    assert "The batch of 10 rows with ids 100 to 109 was started 2 times and its actor died under it every time" in (
-        message
-    )
     assert kills == [1, 2], kills
+    assert "The batch of 400 rows with ids 100 to 499 was started 2 times and its actor died under it every time" in (
+        str(failure.value)
+    )
 
 
 def test_bad_arguments_fail_in_one_sentence(ray_cluster, minilm):

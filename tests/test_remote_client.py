@@ -62,14 +62,12 @@ def test_replicas_that_describe_different_models_are_refused():
 
 
 def test_one_deadline_covers_the_whole_call_not_each_attempt():
-    with FakeServer("sleep", delay=5) as server, RemoteEngine("m", base_url=server.url, max_retries=3) as remote:
+    with FakeModelServer(described()) as server, RemoteEngine("e5-fake", base_url=server.url, max_retries=3) as remote:
+        server.hold.clear()  # the server takes every request and never answers
         with pytest.raises(RemoteError) as failure:
-            remote.embed(
-                ["a"],
-                timeout=1,
-            )
+            remote.embed(["a"], timeout=3)
         message = one_sentence(failure.value)
-    assert message.startswith("/v1/embeddings got no answer within the call's timeout of 1 s (1 attempt); last: ")
+    assert message.startswith("/v1/embeddings got no answer within the call's timeout of 3 s (1 attempt); last: ")
     assert len(server.posts) == 1, "no retry starts once the call's deadline has passed"
 
 
