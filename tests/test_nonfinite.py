@@ -5,6 +5,7 @@ is in tests/test_remote_client.py, the local one shares check_finite."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -52,3 +53,29 @@ def test_quantization_ranges_must_be_finite(bad):
     calibration = np.array([[0.0, 0.0], [1.0, bad]])
     with pytest.raises(ValueError, match=r"^calibration_embeddings' ranges must be finite numbers, but dimension 1"):
         quantize_embeddings(vectors, "uint8", calibration_embeddings=calibration)
+
+
+def test_a_local_engine_refuses_the_vectors_and_scores_of_broken_weights(tiny_models, tmp_path):
+    """A checkpoint whose weights hold NaN (a diverged fine-tune): every output is NaN, and the engine says so in
+    one sentence instead of returning them."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from rbln_retrieval import PoolingEngine
+
+    broken = {}
+    for name in ("bert-cls", "bert-cross-encoder"):
+        model = Path(shutil.copytree(tiny_models[name], tmp_path / name))
+        weights = load_file(model / "model.safetensors")
+        first = next(key for key in sorted(weights) if "embeddings" in key and weights[key].is_floating_point())
+        weights[first] = torch.full_like(weights[first], float("nan"))
+        save_file(weights, model / "model.safetensors", metadata={"format": "pt"})
+        broken[name] = model
+    with PoolingEngine(broken["bert-cls"], device="cpu", dtype="float32") as engine:
+        with pytest.raises(NonFiniteResultError, match=r"^The result for text 0 \(and 1 more\) holds NaN: "):
+            engine.embed(["a", "b"])
+    with PoolingEngine(broken["bert-cross-encoder"], device="cpu", dtype="float32") as engine:
+        with pytest.raises(NonFiniteResultError, match=r"^The result for document 0 \(and 1 more\) holds NaN: "):
+            engine.rerank("q", ["a", "b"])

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from http_fakes import E5_FAMILY, FakeModelServer, FakeServer, described, vector_of
 
-from rbln_retrieval import NonFiniteResultError
+from rbln_retrieval import NonFiniteResultError, get_engine
 from rbln_retrieval.remote import RemoteClosedError, RemoteEngine, RemoteError, ReplicaMismatchError
 from rbln_retrieval.remote.replicas import MAX_RETRY_AFTER, MIN_RETRY_AFTER, retry_after
 
@@ -168,3 +168,7 @@ def test_credentials_in_a_base_url_never_show(caplog):
             assert server.url in shown["repr"]
             if server is echo:  # the credentials did reach the server (as basic auth), and came back redacted
                 assert "'Authorization': 'Basic ***'" in str(raised.value)
+    # A shared client's claim shows neither the base URL's password nor a Hugging Face token.
+    handle = get_engine("m", base_url=f"http://alice:{password}@127.0.0.1:9", token="hf_tok_3e9a", attach=False)
+    assert password not in repr(handle) and "hf_tok_3e9a" not in repr(handle), repr(handle)
+    handle.close()
