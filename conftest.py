@@ -22,6 +22,9 @@ from model_builders import (
     minilm_path,
 )
 
+# Engine and server starts per session, against the limits docs/development.md states; pytester for its own test.
+pytest_plugins = ["engine_budget", "pytester"]
+
 
 class TinyModels:
     """``tiny_models[name]`` builds model_builders.BUILDERS[name] the first time it is asked for."""

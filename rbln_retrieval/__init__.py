@@ -30,6 +30,7 @@ from rbln_retrieval.frameworks.settings import EngineHolder
 from rbln_retrieval.local.engine import PoolingEngine
 from rbln_retrieval.models.families import ModelFamily, detect_family
 from rbln_retrieval.models.source import ModelSource, resolve_model
+from rbln_retrieval.results.finite import NonFiniteResultError
 from rbln_retrieval.results.quantize import quantization_ranges, quantize_embeddings
 from rbln_retrieval.results.ranking import rank
 from rbln_retrieval.text.chunks import ChunkedEmbedding
@@ -47,6 +48,7 @@ __all__ = [
     "ModelNotFoundError",
     "ModelNotSupportedError",
     "ModelSource",
+    "NonFiniteResultError",
     "PoolingEngine",
     "RBLNRetrievalError",
     "RetrievalEngine",

@@ -1,4 +1,5 @@
-"""The shared all-MiniLM-L6-v2 engine of the core tests (an engine start costs ~20 s on this machine)."""
+"""The shared all-MiniLM-L6-v2 engines and server of the core tests (an engine start costs 10-25 s, a server start
+more: tests/engine_budget.py counts both)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,20 @@ def minilm_engine(minilm) -> PoolingEngine:
 def minilm_bf16_engine(minilm) -> PoolingEngine:
     """all-MiniLM-L6-v2 in bfloat16 (explicitly, on every CPU class) for the tests of the bfloat16 path."""
     return PoolingEngine.shared(minilm, **BF16_OPTIONS)
+
+
+@pytest.fixture(scope="session")
+def minilm_server(minilm, tmp_path_factory):
+    """`rbln-retrieval serve` of all-MiniLM-L6-v2 (float32, no API key, the default limits) for every test that
+    only talks to a plain server; tests that need other options, or stop or kill it, start their own."""
+    from servers import Server
+
+    server = Server(minilm, tmp_path_factory.mktemp("minilm-server") / "minilm.log")
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="module")

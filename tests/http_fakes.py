@@ -1,8 +1,9 @@
-"""A misbehaving HTTP server on loopback for remote-mode fault and secrecy tests: no model, one canned answer per
-POST."""
+"""Fake HTTP servers on loopback for remote-mode fault and secrecy tests, without a model: FakeServer misbehaves with
+one canned answer per POST, FakeModelServer describes a model and answers embeddings and scores of a fake one."""
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import threading
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
+import numpy as np
 import pytest
 
 Mode = Literal["500", "garbage", "wrong-shape", "sleep", "echo-headers", "busy"]
@@ -106,3 +108,125 @@ def assert_api_key_hidden(
                 assert API_KEY not in text, f"the API key appears in the {where}"
             if server is echo:  # the key did reach the server, and came back redacted
                 assert "Bearer ***" in str(raised.value)
+
+
+# A bi-encoder with E5's prompts, as `rbln-retrieval serve` describes one: 4-dimensional vectors.
+E5_FAMILY = {
+    "name": "bi-encoder",
+    "architecture": "BertModel",
+    "hidden_size": 4,
+    "max_length": 512,
+    "pooling": "MEAN",
+    "query_prompt": "query: ",
+    "document_prompt": "passage: ",
+}
+
+
+def vector_of(text: str) -> list[float]:
+    """The fake model's vector of ``text``: four numbers from its bytes (not normalized: the client does not care)."""
+    data = text.encode()
+    return [float(len(data)), float(sum(data) % 97), float(data.count(b" ")), 1.0]
+
+
+class FakeModelServer:
+    """A pooling server on loopback without a model, for fast client tests: GET DESCRIBE_PATH answers
+    ``description`` (after ``describe_failures`` HTTP 502s, as a proxy in front of a restarting replica answers),
+    POST /v1/embeddings answers vector_of(text) per input as base64 float32 (``nan_at``: those inputs get NaN),
+    POST /score answers ``scores`` (or 0.5 per document); answers name ``answer_model`` when set. Each POST's body
+    is recorded in ``bodies``; ``entered`` is set when a POST arrives and, while ``hold`` is clear, the answer
+    waits for it."""
+
+    def __init__(
+        self,
+        description: dict[str, Any] | None = None,
+        *,
+        describe_failures: int = 0,
+        nan_at: tuple[int, ...] = (),
+        scores: list[float] | None = None,
+        answer_model: str | None = None,
+        retry_after: str | None = None,
+        busy_posts: int = 0,
+    ):
+        self.description = description
+        self.describe_failures = describe_failures
+        self.nan_at, self.scores, self.answer_model = nan_at, scores, answer_model
+        self.retry_after, self.busy_posts = retry_after, busy_posts
+        self.bodies: list[Any] = []
+        self.posts: list[float] = []
+        self.describes = 0
+        self.entered, self.hold = threading.Event(), threading.Event()
+        self.hold.set()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path == "/v1/models" and server.description is not None:
+                    return self._reply(200, {"data": [{"id": server.description["model"]}]})
+                if self.path != "/v1/rbln-retrieval/model" or server.description is None:
+                    return self._reply(404, {"error": "not found"})
+                server.describes += 1
+                if server.describes <= server.describe_failures:
+                    return self._reply(502, {"error": "bad gateway"})
+                self._reply(200, server.description)
+
+            def do_POST(self) -> None:
+                server.posts.append(time.monotonic())
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                server.bodies.append(body)
+                if len(server.posts) <= server.busy_posts:
+                    return self._reply(429, {"error": {"message": "busy"}}, {"Retry-After": server.retry_after or ""})
+                server.entered.set()
+                server.hold.wait()
+                named = {"model": server.answer_model} if server.answer_model else {}
+                if self.path == "/v1/embeddings":
+                    rows = [vector_of(t) for t in body["input"]]
+                    for i in server.nan_at:
+                        if i < len(rows):
+                            rows[i][1] = float("nan")
+                    data = [
+                        {"index": i, "embedding": base64.b64encode(np.asarray(r, dtype="<f4").tobytes()).decode()}
+                        for i, r in enumerate(rows)
+                    ]
+                    return self._reply(200, {"data": data, **named})
+                scores = server.scores or [0.5] * len(body["documents"])
+                self._reply(200, {"data": [{"index": i, "score": s} for i, s in enumerate(scores)], **named})
+
+            def _reply(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+                raw = json.dumps(payload).encode()  # NaN travels as JSON's NaN token, as Python writes it
+                try:
+                    self.send_response(status)
+                    for name, value in (headers or {}).items():
+                        if value:
+                            self.send_header(name, value)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(raw)))
+                    self.end_headers()
+                    self.wfile.write(raw)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> FakeModelServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.hold.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def inputs(self) -> list[str]:
+        """Every input the POSTs carried, in the order they arrived."""
+        return [t for body in self.bodies for t in body.get("input", body.get("documents", []))]
+
+
+def described(family: dict[str, Any] = E5_FAMILY, model: str = "e5-fake", **limits: int | None) -> dict[str, Any]:
+    """A description as `rbln-retrieval serve` publishes it."""
+    return {"model": model, "family": family, "quantized_embeddings": None, "limits": limits}

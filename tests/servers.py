@@ -9,9 +9,12 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import psutil
 
 from rbln_retrieval.engines.protocol import DESCRIBE_PATH, QUANTIZED_EMBED_PATH
 
@@ -101,6 +104,20 @@ class Server:
                 pass
             time.sleep(1)
         raise TimeoutError(f"server on {self.url} not ready after {timeout} s")
+
+    @contextmanager
+    def stalled(self) -> Iterator[None]:
+        """The engine stopped (SIGSTOP to every process under the API server: engine core and workers) and
+        continued on exit: requests the server admits meanwhile hold their slots until then, deterministically."""
+        engine = psutil.Process(self.process.pid).children(recursive=True)
+        assert engine, "the server has no engine-core process"
+        for process in engine:
+            process.suspend()
+        try:
+            yield
+        finally:
+            for process in engine:
+                process.resume()
 
     def kill(self) -> None:
         """SIGKILL the whole process group (API server and engine core), as a crashed host would."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from servers import Server
 
 from rbln_retrieval import Chunk, ChunkedEmbedding, PoolingEngine
 from rbln_retrieval.remote import RemoteEngine
@@ -222,16 +221,6 @@ async def test_windows_stream_through_in_bounded_batches(minilm_engine, monkeypa
 
 
 # -- remote: the client cuts the windows with the model's tokenizer, the server embeds and scores them --------------
-@pytest.fixture(scope="module")
-def minilm_server(minilm, tmp_path_factory):
-    server = Server(minilm, tmp_path_factory.mktemp("chunking-server") / "minilm.log")
-    try:
-        server.wait_ready()
-        yield server
-    finally:
-        server.stop()
-
-
 def test_remote_chunking_equals_local(minilm_engine, minilm_server, minilm):
     texts = [SHORT[0], LONG[0], LONG[2], SHORT[1]]
     query = "How much did the glaciers change?"

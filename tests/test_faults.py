@@ -96,13 +96,13 @@ def test_killed_engine_process_fails_the_call_fast_and_the_next_call_restarts(mi
         wait_until(lambda: unfinished(engine) > 100, 120, "the ingest is in flight")
         killed_at = time.monotonic()
         core.send_signal(signal.SIGKILL)
+        # Fast means without waiting out the ingest or a timeout: bounded by the join, never by a timing assert.
         worker.join(timeout=60)
         assert not worker.is_alive(), "the in-flight call hung after the engine process died"
         error = outcome.get("error")
         assert isinstance(error, EngineDeadError), f"expected EngineDeadError, got {error!r}"
         assert str(error).endswith(DEAD)
         print(f"\nengine killed: the call failed after {outcome['at'] - killed_at:.2f} s")
-        assert outcome["at"] - killed_at < 10
 
         np.testing.assert_allclose(engine.embed(texts), expected, atol=1e-5)
         (new_core,) = [p for p in engine_processes() if p not in before and p.name() == "VLLM::EngineCore"]
@@ -306,24 +306,29 @@ def test_keyboard_interrupt_during_a_sync_ingest_leaves_the_engine_usable(any_en
 
 
 # -- remote servers misbehave --------------------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    "mode, message",
-    [("500", r"answered HTTP 500"), ("garbage", r"answered with malformed JSON"), ("sleep", r"timed out after 0\.5 s")],
-)
+@pytest.mark.parametrize("mode, message", [("500", r"answered HTTP 500"), ("garbage", r"answered with malformed JSON")])
 def test_remote_failures_map_to_one_error_after_bounded_retries_with_backoff(minilm, mode, message):
-    with (
-        FakeServer(mode, delay=3.0) as server,
-        RemoteEngine(minilm, base_url=server.url, max_retries=3, timeout=0.5) as remote,
-    ):
-        started = time.monotonic()
+    with FakeServer(mode) as server, RemoteEngine(minilm, base_url=server.url, max_retries=3) as remote:
         with pytest.raises(RemoteError, match=rf"/v1/embeddings failed after 4 attempts; last: .*{message}\.$"):
             remote.embed(["a", "b"])
-        elapsed = time.monotonic() - started
-    assert len(server.posts) == 4
-    # Backoff doubles from 0.25 s with +-50% jitter (a timed-out attempt adds its 0.5 s).
+    assert len(server.posts) == 4  # bounded by attempts, not by time
+    # Backoff doubles from 0.25 s with +-50% jitter.
     for attempt, gap in enumerate(server.gaps()):
         assert gap >= 0.25 * 2**attempt * 0.5, f"retry {attempt + 1} came after only {gap:.2f} s"
-    assert elapsed < 30
+
+
+def test_a_remote_timeout_bounds_the_whole_call_not_each_attempt(minilm):
+    with (
+        FakeServer("sleep", delay=8.0) as server,
+        RemoteEngine(minilm, base_url=server.url, max_retries=3, timeout=2) as remote,
+    ):
+        with pytest.raises(RemoteError) as failure:
+            remote.embed(["a", "b"])
+    assert str(failure.value) == (
+        f"/v1/embeddings got no answer within the call's timeout of 2 s (1 attempt); last: {server.url} timed out "
+        "after 2 s (the call's timeout)."
+    )
+    assert len(server.posts) == 1, "a retry never starts past the call's deadline"
 
 
 def test_remote_connection_refused_maps_to_one_error_after_bounded_retries(minilm):
@@ -331,7 +336,7 @@ def test_remote_connection_refused_maps_to_one_error_after_bounded_retries(minil
         started = time.monotonic()
         with pytest.raises(RemoteError, match=r"failed after 3 attempts; last: could not reach .*ConnectError"):
             remote.embed(["x"])
-        assert 0.25 * 0.5 + 0.5 * 0.5 <= time.monotonic() - started < 30
+        assert time.monotonic() - started >= 0.25 * 0.5 + 0.5 * 0.5  # it backed off between the attempts
 
 
 def test_remote_json_of_the_wrong_shape_is_a_clear_error_at_once(minilm):

@@ -4,9 +4,11 @@ Unicode and mappings."""
 
 from __future__ import annotations
 
+import logging
 import pickle
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 import llama_index.core
@@ -16,12 +18,14 @@ from forking import run_in_child
 from http_fakes import FakeServer
 from langchain_core.documents import Document
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+from model_builders import HUB_MINILM, HUB_TINY_RERANKER
 from pydantic import ValidationError
 
+import rbln_retrieval.frameworks.settings
 from langchain_rbln import RBLNEmbeddings, RBLNReranker
 from llama_index.embeddings.rbln import RBLNEmbedding
 from llama_index.postprocessor.rbln_rerank import RBLNReranker as NodeReranker
-from rbln_retrieval import ModelNotSupportedError
+from rbln_retrieval import ModelNotFoundError, ModelNotSupportedError, PoolingEngine
 from rbln_retrieval.remote import RemoteError
 
 CPU = {"device": "cpu", "dtype": "float32"}
@@ -156,7 +160,7 @@ def test_remote_timeout_takes_effect_when_assigned(minilm):
     with FakeServer("sleep", delay=5) as slow:
         embedding = RBLNEmbedding(model_name=minilm, base_url=slow.url, timeout=60)
         embedding.timeout = 0.3
-        with pytest.raises(RemoteError, match=r"timed out after 0\.3 s"):
+        with pytest.raises(RemoteError, match=r"timeout of 0\.3 s"):  # the whole call's, from its start
             embedding.get_text_embedding("x")
 
 
@@ -209,6 +213,103 @@ def test_family_trust_remote_code_and_allow_pickle_pass_through(tmp_path):
         )._engine.spec.options["family"]
         == "qwen3-embedding"
     )
+
+
+MAKERS = {
+    "langchain-embeddings": lambda model, **kw: RBLNEmbeddings(model=model, **kw),
+    "langchain-reranker": lambda model, **kw: RBLNReranker(model=model, **kw),
+    "llama-index-embedding": lambda model, **kw: RBLNEmbedding(model_name=model, **kw),
+    "llama-index-reranker": lambda model, **kw: NodeReranker(model=model, **kw),
+}
+
+
+@pytest.mark.parametrize("make", MAKERS.values(), ids=MAKERS)
+def test_every_engine_field_reaches_get_engine(monkeypatch, make):
+    """Only the pass-through, the same for every framework class: each engine field as given, the others at their
+    defaults, the API key from the environment unless given (the remote client and the engine are rbln_retrieval's,
+    tested there)."""
+    calls = []
+
+    class Handle:
+        engine = None
+
+    def recording_get_engine(model, **kwargs):
+        calls.append((model, kwargs))
+        return Handle()
+
+    monkeypatch.setattr(rbln_retrieval.frameworks.settings, "get_engine", recording_get_engine)
+    monkeypatch.setenv("RBLN_API_KEY", "from-env")
+    given = dict(max_length=128, truncate="error", engine_kwargs={"max_num_seqs": 8}, dtype="bfloat16")
+    source = dict(revision="v2", cache_folder="/hf-cache")
+    make("served-model", base_url="http://127.0.0.1:9/", timeout=5.0, hf_token="hf-token", **given, **source)
+    make("served-model", base_url=["http://a", "http://b"], api_key="explicit")
+    defaults = dict(device="auto", family=None, trust_remote_code=False, allow_pickle=False, attach=False)
+    assert calls == [
+        (
+            "served-model",
+            dict(base_url="http://127.0.0.1:9/", api_key="from-env", token="hf-token", **given, **source, **defaults),
+        ),
+        (
+            "served-model",
+            dict(
+                base_url=["http://a", "http://b"],
+                api_key="explicit",
+                token=None,
+                revision=None,
+                cache_folder=None,
+                max_length=None,
+                truncate="end",
+                engine_kwargs={},
+                dtype="auto",
+                **defaults,
+            ),
+        ),
+    ]
+
+
+def test_a_hugging_face_id_works_like_its_directory_in_every_class_and_the_token_never_shows(
+    hub_cache, minilm_engine, caplog
+):
+    """Ids resolve offline from a Hugging Face cache, every spelling of one snapshot and every class on one engine,
+    with the directory's results; a revision or an id the cache lacks, or a reranker's id for an embedding class,
+    is one sentence; the hub token is a SecretStr that reaches no repr, log or error."""
+    caplog.set_level(logging.DEBUG)
+    token = "hf_framework_secret_4b7e"
+    source = {"cache_folder": str(hub_cache), "hf_token": token, **CPU}
+    embeddings = RBLNEmbeddings(model=f"{HUB_MINILM}@main", **source)
+    reranker = RBLNReranker(model=HUB_MINILM, revision="main", top_n=None, **source)
+    embedding = RBLNEmbedding(model_name=f"{HUB_MINILM}@main", **source)
+    node_reranker = NodeReranker(model=HUB_MINILM, revision="main", top_n=None, **source)
+    objects = [embeddings, reranker, embedding, node_reranker]
+    with PoolingEngine.shared(HUB_MINILM, cache_folder=hub_cache, **CPU) as by_id:
+        handles = [embeddings.engine, reranker.engine, embedding._engine, node_reranker._engine]
+        assert all(handle.engine is by_id.engine for handle in handles)
+        expected = minilm_engine.embed(TEXTS)
+        np.testing.assert_allclose(embeddings.embed_documents(TEXTS), expected, atol=1e-5)
+        np.testing.assert_allclose(embedding.get_text_embedding_batch(TEXTS), expected, atol=1e-5)
+        scores = minilm_engine.score(QUERY, TEXTS)
+        best_first = sorted(range(len(TEXTS)), key=lambda i: -scores[i])
+        ranked = reranker.rerank(TEXTS, QUERY)
+        assert [r["index"] for r in ranked] == best_first
+        assert [r["relevance_score"] for r in ranked] == pytest.approx([scores[i] for i in best_first], abs=1e-5)
+        nodes = node_reranker.postprocess_nodes([NodeWithScore(node=TextNode(text=t)) for t in TEXTS], query_str=QUERY)
+        assert [n.node.text for n in nodes] == [TEXTS[i] for i in best_first]
+        assert [n.score for n in nodes] == pytest.approx([scores[i] for i in best_first], abs=1e-5)
+    errors = []
+    with pytest.raises(ValueError) as raised:
+        RBLNEmbeddings(model=HUB_MINILM, revision="v9", **source)
+    assert f"Revision 'v9' of {HUB_MINILM} is not in the Hugging Face cache" in str(raised.value)
+    errors.append(raised.value)
+    with pytest.raises(ValueError, match="is a reranker"):  # found from the id's configs, before any engine
+        RBLNEmbedding(model_name=HUB_TINY_RERANKER, **source)
+    with pytest.raises(ModelNotFoundError, match="no-such-org/model is not in the Hugging Face cache") as missing:
+        RBLNEmbedding(model_name="no-such-org/model", **source)
+    errors.append(missing.value)
+    dumps = [embeddings.model_dump_json(), reranker.model_dump_json(), embedding.to_json(), node_reranker.to_json()]
+    shown = [*map(repr, objects), *map(str, objects), *dumps, *("".join(traceback.format_exception(e)) for e in errors)]
+    assert all(token not in text for text in [*shown, caplog.text])
+    for framework_object in objects:
+        framework_object.close()
 
 
 def test_invalid_unicode_and_mappings_in_the_frameworks(minilm, minilm_engine):

@@ -167,14 +167,53 @@ def test_truncate_end_keeps_the_start_and_start_keeps_the_end_and_the_prompt(min
 @pytest.mark.parametrize("truncate", ["end", "start"])
 def test_long_texts_tokenize_as_if_whole(minilm, truncate):
     """Only a window of a long text is tokenized; the kept tokens equal those of tokenizing it whole, including
-    texts whose window holds too few tokens (one huge word, no spaces to cut at)."""
+    texts whose window holds too few tokens (one huge word; words of over CHARS_PER_TOKEN characters each)."""
     from rbln_retrieval.models.families import detect_family
     from rbln_retrieval.text.tokens import PromptTokenizer
 
     tokenizer = PromptTokenizer(minilm, detect_family(str(minilm)))
     hf = tokenizer._for(truncate)
-    texts = ["short", "word " * 3000, "x" * 20000, "日本語のテキストです" * 2000, "a " * 5000 + "b" * 9000]
+    texts = ["short", "word " * 3000, "x" * 20000, "日本語のテキストです" * 2000, "a " * 5000 + "b" * 3000]
+    texts.append(("y" * 120 + " ") * 200)
     whole = hf(["query: " + t for t in texts], truncation=truncate == "end", max_length=256)["input_ids"]
     if truncate == "start":
         whole = [ids if len(ids) <= 256 else tokenizer._keep_end(hf, "query: ", t) for ids, t in zip(whole, texts)]
     assert [t.ids for t in tokenizer.encode_texts(texts, "query: ", truncate)] == whole
+
+
+class SeenLengths:
+    """A tokenizer that records the longest text it was given, and tokenizes as the one it wraps."""
+
+    def __init__(self, hf):
+        self.hf, self.longest = hf, 0
+
+    def __call__(self, text, *args, **kwargs):
+        self.longest = max([self.longest, *(len(t) for t in ([text] if isinstance(text, str) else text))])
+        return self.hf(text, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.hf, name)
+
+
+@pytest.mark.parametrize("truncate", ["end", "start"])
+def test_a_run_without_whitespace_is_cut_at_the_window_not_tokenized_whole(minilm, truncate):
+    """400 KB without a space (or a run without one as long as the window's outer half) is cut at the window's edge
+    before tokenizing: the tokenizer never meets more than the window, and the kept tokens are the window's."""
+    from rbln_retrieval.models.families import detect_family
+    from rbln_retrieval.text.tokens import CHARS_PER_TOKEN, PromptTokenizer
+
+    tokenizer = PromptTokenizer(minilm, detect_family(str(minilm)))
+    side = "left" if truncate == "start" else "right"
+    hf = tokenizer._for(truncate)
+    spy = tokenizer._by_side[side] = SeenLengths(hf)
+    limit = tokenizer.max_length * CHARS_PER_TOKEN
+    texts = ["x" * 400_000, "a " * 5000 + "b" * 400_000, "b" * 400_000 + " a" * 5000, "日本" * 200_000]
+    got = [t.ids for t in tokenizer.encode_texts(texts, "query: ", truncate)]
+    assert spy.longest <= limit + len("query: "), f"a {spy.longest}-character text was tokenized"
+    windows = [t[:limit] if truncate == "end" else t[-limit:] for t in texts]
+    expected = hf(["query: " + w for w in windows], truncation=truncate == "end", max_length=256)["input_ids"]
+    if truncate == "start":
+        expected = [
+            ids if len(ids) <= 256 else tokenizer._keep_end(hf, "query: ", w) for ids, w in zip(expected, windows)
+        ]
+    assert got == expected

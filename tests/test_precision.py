@@ -160,27 +160,15 @@ def test_langchain_and_llama_index_int8(minilm, minilm_engine, calibration):
         RBLNEmbeddings(model=str(minilm), device="cpu", dtype="float32", precision="binary")
 
 
-@pytest.fixture(scope="module")
-def server(minilm, tmp_path_factory):
-    from servers import Server
-
-    started = Server(minilm, tmp_path_factory.mktemp("precision-server") / "minilm.log")
-    try:
-        started.wait_ready()
-        yield started
-    finally:
-        started.stop()
-
-
 @pytest.mark.server
-def test_remote_sends_quantized_bytes_equal_to_local(server, minilm, minilm_engine, calibration):
+def test_remote_sends_quantized_bytes_equal_to_local(minilm_server, minilm, minilm_engine, calibration):
     import httpx
 
     from rbln_retrieval.engines.protocol import QUANTIZED_EMBED_PATH
     from rbln_retrieval.remote import RemoteEngine
 
     ranges = quantization_ranges(calibration)
-    with RemoteEngine(str(minilm), base_url=server.url) as remote:
+    with RemoteEngine(str(minilm), base_url=minilm_server.url) as remote:
         remote_floats = remote.embed(TEXTS)
         # A float32 server path (another process, another batch) may move a value across a bucket edge or zero;
         # the remote codes must be exactly sentence-transformers' of the remote floats and agree with local ones.
@@ -202,8 +190,8 @@ def test_remote_sends_quantized_bytes_equal_to_local(server, minilm, minilm_engi
             remote.embed(TEXTS, precision="fp4")
     # On the wire: base64 of one byte per dimension (int8), one bit per dimension (binary), never floats.
     body = {"model": str(minilm), "input": TEXTS[:2], "precision": "binary"}
-    answer = httpx.post(server.url + QUANTIZED_EMBED_PATH, json=body, timeout=60).json()
+    answer = httpx.post(minilm_server.url + QUANTIZED_EMBED_PATH, json=body, timeout=60).json()
     assert answer["dtype"] == "int8" and len(base64.b64decode(answer["data"][0]["embedding"])) == 384 // 8
     body = {**body, "precision": "int8", "ranges": ranges[:, :10].tolist()}
-    refused = httpx.post(server.url + QUANTIZED_EMBED_PATH, json=body, timeout=60)
+    refused = httpx.post(minilm_server.url + QUANTIZED_EMBED_PATH, json=body, timeout=60)
     assert refused.status_code == 400 and "ranges must have shape (2, 384)" in refused.json()["error"]["message"]

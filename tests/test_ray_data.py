@@ -202,9 +202,49 @@ def test_score_dataset_scores_each_pair_as_the_engine_does(ray_cluster, minilm, 
         assert [by_pair[(f"topic {q}", d)] for d in docs] == pytest.approx(expected, abs=1e-6)
 
 
+def test_a_batch_that_kills_its_actor_every_time_fails_the_job_naming_its_rows(ray_cluster, minilm):
+    # One batch on one actor, long enough (400 texts of max_length tokens: seconds of CPU) to be in flight when the
+    # killer, watching the job's attempt counter, sees it start; the killer SIGKILLs the actor at every attempt, as
+    # the kernel's OOM killer would at a batch that exhausts its memory, so the batch never finishes.
+    texts = [{"id": 100 + i, "text": f"row {i} " + "retrieval " * 300} for i in range(400)]
+    rows = ray.data.from_items(texts, override_num_blocks=1)
+    pool = {**POOL, "actors": 1, "batch_size": 400}
+    dataset = embed_dataset(rows, str(minilm), **pool, max_batch_attempts=2, **ENGINE)
+    done, kills = threading.Event(), []
+
+    def kill_every_attempt() -> None:
+        seen = 0
+        while not done.is_set():
+            counters = [a for a in ray._private.state.actors().values() if "_BatchAttempts" in a["ActorClassName"]]
+            alive = [a for a in counters if a["State"] == "ALIVE"]
+            attempts = (
+                max(ray.get(ray.get_actor(alive[0]["Name"]).pending.remote()).values(), default=0) if alive else 0
+            )
+            if seen < attempts <= 2 and embedding_actors():  # the third start is the guard's to refuse
+                os.kill(embedding_actors()[0]["Pid"], signal.SIGKILL)
+                kills.append(attempts)
+                seen = attempts
+            done.wait(0.05)
+
+    killer = threading.Thread(target=kill_every_attempt, daemon=True)
+    killer.start()
+    try:
+        with pytest.raises(Exception) as failure:
+            dataset.take_all()
+    finally:
+        done.set()
+        killer.join()
+    assert kills == [1, 2], kills
+    assert "The batch of 400 rows with ids 100 to 499 was started 2 times and its actor died under it every time" in (
+        str(failure.value)
+    )
+
+
 def test_bad_arguments_fail_in_one_sentence(ray_cluster, minilm):
     with pytest.raises(ValueError, match="actors=0 must be a positive integer"):
         embed_dataset(ray.data.from_items([{"text": "a"}]), str(minilm), actors=0)
+    with pytest.raises(ValueError, match="max_batch_attempts=0 must be a positive integer"):
+        embed_dataset(ray.data.from_items([{"text": "a"}]), str(minilm), max_batch_attempts=0)
     with pytest.raises(TypeError, match=r"expected a ray\.data\.Dataset"):
         embed_dataset([{"text": "a"}], str(minilm))
 

@@ -162,6 +162,7 @@ def recording_backend(
             dtype=bundled.cache_key["dtype"],
             compile_only=bundled.compile_only,
             process_groups=process_groups or {},
+            snapshot=bundled.snapshot,
         )
     else:
         chosen = rbln_runtime.host_compile_backend(bundled.host_compile_backend, cache_dir)

@@ -73,9 +73,11 @@ class BundledConfig:
     host_row_width: int = 0
     compile_only: bool = False
     cache_key: dict[str, Any] = field(default_factory=dict)
-    # The rbln target's pins, checked against the cache's manifest rather than keyed (artifacts.check).
+    # The rbln target's pins: keyed, so builds for other NPUs, SDKs and snapshots coexist, and checked against the
+    # cache's manifest (artifacts.check).
     npu: str | None = None
-    snapshot: str = ""
+    sdk: str = ""  # rebel-compiler's version
+    snapshot: str = ""  # the model files' content (artifacts.snapshot_fingerprint)
     cache_root: str = ""  # resolved when the engine starts, so a later change of the variable moves nothing
 
     @classmethod
@@ -115,7 +117,7 @@ class BundledConfig:
     def cache_dir(self) -> Path:
         """Compile artifacts for this model and configuration; the same key on the next start reuses them."""
         # Settings that change no graph leave the key alone: a compile-only build serves the NPU host's start.
-        unkeyed = dict.fromkeys(("strict_shapes", "compile_only", "step_cost_tokens", "npu", "snapshot", "cache_root"))
+        unkeyed = dict.fromkeys(("strict_shapes", "compile_only", "step_cost_tokens", "cache_root"))
         key = json.dumps({**asdict(self), **unkeyed}, sort_keys=True, default=str)
         # A hub model's key is "org/name@<commit>": the folder is named after "name", the hash covers the commit.
         name = Path(str(self.cache_key.get("model", "model"))).name.split("@")[0] or "model"
@@ -157,10 +159,12 @@ def engine_overrides(
     strict_shapes: bool,
     user: dict[str, Any],
     npu: str | None = None,
+    sdk: str = "",
     snapshot: str = "",
 ) -> dict[str, Any]:
     """vLLM engine arguments for the bundled runner; ``user`` holds the caller's ``additional_config`` entry (less
-    ``npu``), ``npu`` and ``snapshot`` what the rbln target builds for (pinned in the cache's manifest)."""
+    ``npu``), ``npu``, ``sdk`` and ``snapshot`` what the rbln target builds for (keyed, and pinned in the cache's
+    manifest)."""
     settings = dict(user)
     one_per_step = bool(settings.get("one_request_per_step", False))
     # The NPU cannot run host kernels: it always takes the static path.
@@ -195,6 +199,7 @@ def engine_overrides(
         strict_shapes=strict_shapes,
         cache_key={"model": model, "dtype": dtype, "max_length": max_length, "vllm": vllm_version},
         npu=npu,
+        sdk=sdk,
         snapshot=snapshot,
         cache_root=str(cache_root()),
         **{k: v for k, v in settings.items() if k in TUNABLE},

@@ -32,9 +32,10 @@ def input_info(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> list[tupl
     return [(name, list(t.shape), str(t.dtype).removeprefix("torch.")) for name, t in zip(names, example_inputs)]
 
 
-def artifact_name(gm: torch.fx.GraphModule, info: list[tuple[str, list[int], str]]) -> str:
-    """The artifact's file name: the graph's code and inputs, so a changed model or bucket never loads a stale one."""
-    digest = hashlib.sha256(f"{gm.code}\n{info}".encode()).hexdigest()[:16]
+def artifact_name(gm: torch.fx.GraphModule, info: list[tuple[str, list[int], str]], snapshot: str = "") -> str:
+    """The artifact's file name: the graph's code, its inputs and the content of the model files its weights come
+    from, so a changed bucket, architecture or weights (a model saved over in place) never loads a stale one."""
+    digest = hashlib.sha256(f"{gm.code}\n{info}\n{snapshot}".encode()).hexdigest()[:16]
     return f"graph-{digest}.rbln"
 
 
@@ -43,11 +44,12 @@ class AotBackend:
     runtime; on a compile-only host the captured graph runs on the CPU, so warmup completes (its outputs claim
     nothing about the NPU)."""
 
-    def __init__(self, artifacts: Path, *, npu: str, compile_only: bool) -> None:
+    def __init__(self, artifacts: Path, *, npu: str, compile_only: bool, snapshot: str = "") -> None:
         from rebel.compile_context import CompileContext
 
         self.artifacts = artifacts
         self.npu = npu
+        self.snapshot = snapshot
         self.compile_only = compile_only
         self.context = CompileContext(use_weight_sharing=True)
         self.loaded = 0
@@ -57,7 +59,7 @@ class AotBackend:
         import rebel
 
         info = input_info(gm, example_inputs)
-        path = self.artifacts / artifact_name(gm, info)
+        path = self.artifacts / artifact_name(gm, info, self.snapshot)
         if path.is_file():
             model = rebel.RBLNCompiledModel(str(path))
             self.loaded += 1

@@ -179,9 +179,16 @@ def contiguous_weights(module: Any) -> None:
 
 
 def rbln_compile_backend(
-    cache_dir: Path, *, npu: str, dtype: str, compile_only: bool, process_groups: dict[str, list[int]]
+    cache_dir: Path,
+    *,
+    npu: str,
+    dtype: str,
+    compile_only: bool,
+    process_groups: dict[str, list[int]],
+    snapshot: str = "",
 ) -> CompileBackend:
-    """The route for ``npu``'s family; graphs and artifacts under ``cache_dir``."""
+    """The route for ``npu``'s family; graphs and artifacts under ``cache_dir``, built from the model files whose
+    content ``snapshot`` names."""
     if compile_only:
         require_compiler()
     else:
@@ -190,7 +197,8 @@ def rbln_compile_backend(
         from rbln_retrieval.backend.rbln_aot import AotBackend
 
         # Dynamo only captures each bucket graph; the backend compiles it with compile_from_torch.
-        return CompileBackend(AotBackend(cache_dir / "rbln", npu=npu, compile_only=compile_only), None, True)
+        aot = AotBackend(cache_dir / "rbln", npu=npu, compile_only=compile_only, snapshot=snapshot)
+        return CompileBackend(aot, None, True)
     return _rebel100_backend(cache_dir, dtype=dtype, compile_only=compile_only, process_groups=process_groups)
 
 

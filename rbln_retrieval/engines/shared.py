@@ -41,9 +41,10 @@ class EngineSpec:
     engine: Callable[..., RetrievalEngine]  # called as engine(model, **options) (remote: with the servers and key)
     model: str | ModelSource  # a local engine's resolved snapshot; a remote client's model name or id
     options: dict[str, Any] = field(default_factory=dict)
-    base_url: tuple[str, ...] | None = None
+    # Never in the repr: a base URL may hold a user and password, the client settings a Hugging Face token.
+    base_url: tuple[str, ...] | None = field(default=None, repr=False)
     api_key: str | None = field(default=None, repr=False)
-    client: dict[str, Any] = field(default_factory=dict)  # remote transport settings (batch_size, max_retries)
+    client: dict[str, Any] = field(default_factory=dict, repr=False)  # transport (batch_size, ...) and source args
 
     @property
     def remote(self) -> bool:

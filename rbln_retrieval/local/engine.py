@@ -26,6 +26,7 @@ from rbln_retrieval.local.vllm_calls import encode, start_vllm
 from rbln_retrieval.models.families import ModelFamily, check_remote_code, detect_family
 from rbln_retrieval.models.files import check_weights
 from rbln_retrieval.models.source import SOURCE_ARGS, ModelSource
+from rbln_retrieval.results.finite import check_finite
 from rbln_retrieval.results.outputs import (
     Output,
     SpecialTokens,
@@ -345,7 +346,9 @@ class PoolingEngine:
                 rows.extend(await self._encode(tokens, params, bar))
         if not rows:
             return np.zeros((0, dimensions or self.dimension), dtype=np.float32)
-        return np.stack(rows).astype(np.float32, copy=False)
+        vectors = np.stack(rows).astype(np.float32, copy=False)
+        check_finite(vectors, what)
+        return vectors
 
     async def _score(
         self, query: str, documents: Iterable[str], instruction: str | None, truncate: Truncate, output: str = "dense"
@@ -394,6 +397,7 @@ class PoolingEngine:
             else:
                 tokens = await _off_loop(chunk, self.tokenizer.encode_pairs, query, chunk, truncate, first_index=first)
             scores.extend(float(row.reshape(-1)[0]) for row in await self._encode(tokens, params, None))
+        check_finite(scores, "documents")
         return scores
 
     async def _encode(self, tokens: list[Tokens], params: Any, bar: tqdm | None, stack: bool = True) -> Any:

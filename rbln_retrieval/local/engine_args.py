@@ -60,8 +60,8 @@ def vllm_engine_kwargs(
     if target is None:
         return _stock_kwargs(model_dir, family, options, dtype, extra)
     from rbln_retrieval.backend import rbln_runtime
-    from rbln_retrieval.backend.artifacts import snapshot_fingerprint
-    from rbln_retrieval.backend.config import CONFIG_KEY, engine_overrides
+    from rbln_retrieval.backend.artifacts import CONTENT_HASHES, snapshot_fingerprint
+    from rbln_retrieval.backend.config import CONFIG_KEY, cache_root, engine_overrides
 
     additional = dict(extra.pop("additional_config", None) or {})
     settings = dict(additional.pop(CONFIG_KEY, None) or {})
@@ -79,7 +79,8 @@ def vllm_engine_kwargs(
         strict_shapes=options.strict_shapes,
         user=settings,
         npu=npu,
-        snapshot=snapshot_fingerprint(model_dir) if target == "rbln" else "",
+        sdk=rbln_runtime.sdk_version() if target == "rbln" else "",
+        snapshot=snapshot_fingerprint(model_dir, cache_root() / CONTENT_HASHES) if target == "rbln" else "",
     )
     if target == "rbln":
         _check_artifacts(bundled["additional_config"][CONFIG_KEY], model_key or str(model_dir))

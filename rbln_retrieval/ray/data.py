@@ -2,14 +2,19 @@
 
 Ray Data streams blocks through the pool, so memory stays bounded however large the dataset. Each actor holds one
 engine for its lifetime (an engine start costs seconds); when an actor dies, Ray restarts it and retries the
-batch it held, and the dead attempt's output is dropped, so every row comes out exactly once.
+batch it held, and the dead attempt's output is dropped, so every row comes out exactly once. A batch that kills
+its actor every time (one that runs it out of memory) is tried ``max_batch_attempts`` times, counted by a small
+actor of the job, and then fails the job in one sentence naming its rows (BatchFailedError), never retried forever.
 """
 
 from __future__ import annotations
 
+import hashlib
+import uuid
 from typing import Any, Literal
 
 import numpy as np
+import ray
 import ray.data
 
 from rbln_retrieval.local.engine import PoolingEngine
@@ -17,6 +22,73 @@ from rbln_retrieval.ray.resources import announce_placement, engine_resources
 
 DEFAULT_BATCH_SIZE = 256
 DEFAULT_ACTORS = 1
+DEFAULT_BATCH_ATTEMPTS = 3
+
+
+class BatchFailedError(RuntimeError):
+    """A batch was started ``max_batch_attempts`` times and its actor died under it every time."""
+
+
+@ray.remote(num_cpus=0)
+class _BatchAttempts:
+    """How many times each batch in flight was started without finishing (its actor died under it)."""
+
+    def __init__(self) -> None:
+        self.started: dict[str, int] = {}
+
+    def start(self, key: str) -> int:
+        self.started[key] = self.started.get(key, 0) + 1
+        return self.started[key]
+
+    def finish(self, key: str) -> None:
+        self.started.pop(key, None)
+
+    def pending(self) -> dict[str, int]:
+        """The batches started and not finished, with their attempts so far (what a monitor of the job reads)."""
+        return dict(self.started)
+
+
+def _attempts_counter() -> Any:
+    """A new job's counter, named so that a monitor of the job can find it."""
+    return _BatchAttempts.options(  # type: ignore[attr-defined]
+        name=f"rbln-retrieval-batch-attempts-{uuid.uuid4().hex[:12]}"
+    ).remote()
+
+
+class _BatchGuard:
+    """Counts the attempts at each batch of one job (by the content of its input columns) in ``attempts``."""
+
+    def __init__(self, attempts: Any, max_attempts: int, columns: tuple[str, ...]) -> None:
+        self.attempts, self.max_attempts, self.columns = attempts, max_attempts, columns
+
+    def start(self, batch: dict[str, np.ndarray]) -> str:
+        """The batch's key, after counting this attempt; BatchFailedError once it is over ``max_attempts``."""
+        digest = hashlib.sha256()
+        for name in self.columns:
+            for value in batch[name].tolist() if name in batch else []:
+                digest.update(f"{value}\x00".encode(errors="surrogatepass"))
+        key = digest.hexdigest()
+        started = ray.get(self.attempts.start.remote(key))
+        if started > self.max_attempts:
+            raise BatchFailedError(
+                f"The batch of {_rows(batch, self.columns[0])} was started {self.max_attempts} times and its actor "
+                "died under it every time (out of memory, or a crash in the engine), so the job stops instead of "
+                "retrying it forever; process those rows with a smaller batch_size or on their own."
+            )
+        return key
+
+    def finish(self, key: str) -> None:
+        self.attempts.finish.remote(key)
+
+
+def _rows(batch: dict[str, np.ndarray], column: str) -> str:
+    """The rows of ``batch`` named by an ``id`` column where the dataset has one, else by their first text."""
+    count = len(next(iter(batch.values()))) if batch else 0
+    if "id" in batch and count:
+        ids = batch["id"].tolist()
+        return f"{count} rows with id {ids[0]}" if count == 1 else f"{count} rows with ids {ids[0]} to {ids[-1]}"
+    first = str(batch[column][0]) if column in batch and count else ""
+    return f"{count} rows starting with {column}={first[:60]!r}"
 
 
 def embed_dataset(
@@ -32,6 +104,7 @@ def embed_dataset(
     batch_size: int = DEFAULT_BATCH_SIZE,
     num_cpus: float | None = None,
     max_restarts: int = -1,
+    max_batch_attempts: int = DEFAULT_BATCH_ATTEMPTS,
     ray_remote_args: dict[str, Any] | None = None,
     **engine_options: Any,
 ) -> ray.data.Dataset:
@@ -40,10 +113,11 @@ def embed_dataset(
 
     ``actors`` engines, each on one RBLN NPU when the cluster declares ``RBLN`` resources, else on ``num_cpus``
     CPUs (default 1); ``engine_options`` go to ``PoolingEngine`` (``device``, ``dtype``, ``max_length``, ...).
-    ``max_restarts`` bounds restarts of a dead actor (-1: unlimited); its batch is retried on the restarted one.
+    ``max_restarts`` bounds restarts of a dead actor (-1: unlimited); its batch is retried on the restarted one, up
+    to ``max_batch_attempts`` attempts in all, after which the job fails with BatchFailedError naming its rows.
     Rows stream in completion order unless ``DataContext.get_current().execution_options.preserve_order`` is set.
     """
-    _check_pool(actors, batch_size)
+    _check_pool(actors, batch_size, max_batch_attempts)
     call = {"kind": kind, "instruction": instruction, "dimensions": dimensions}
     return _map(
         dataset,
@@ -53,6 +127,7 @@ def embed_dataset(
         batch_size=batch_size,
         num_cpus=num_cpus,
         max_restarts=max_restarts,
+        guard=(max_batch_attempts, (column,)),
         ray_remote_args=ray_remote_args,
     )
 
@@ -69,13 +144,14 @@ def score_dataset(
     batch_size: int = DEFAULT_BATCH_SIZE,
     num_cpus: float | None = None,
     max_restarts: int = -1,
+    max_batch_attempts: int = DEFAULT_BATCH_ATTEMPTS,
     ray_remote_args: dict[str, Any] | None = None,
     **engine_options: Any,
 ) -> ray.data.Dataset:
     """``dataset`` with ``output_column`` added: the relevance score of each row's (query, document) pair, as
     ``PoolingEngine.score`` gives it (a reranker's probability; a bi-encoder's cosine). Same pool, resources and
     retries as ``embed_dataset``."""
-    _check_pool(actors, batch_size)
+    _check_pool(actors, batch_size, max_batch_attempts)
     args = (model, engine_options, query_column, document_column, output_column, instruction)
     return _map(
         dataset,
@@ -85,15 +161,15 @@ def score_dataset(
         batch_size=batch_size,
         num_cpus=num_cpus,
         max_restarts=max_restarts,
+        guard=(max_batch_attempts, (query_column, document_column)),
         ray_remote_args=ray_remote_args,
     )
 
 
-def _check_pool(actors: int, batch_size: int) -> None:
-    if isinstance(actors, bool) or not isinstance(actors, int) or actors < 1:
-        raise ValueError(f"actors={actors!r} must be a positive integer.")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size={batch_size!r} must be a positive integer.")
+def _check_pool(actors: int, batch_size: int, max_batch_attempts: int) -> None:
+    for name, value in (("actors", actors), ("batch_size", batch_size), ("max_batch_attempts", max_batch_attempts)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}={value!r} must be a positive integer.")
 
 
 def _map(
@@ -105,6 +181,7 @@ def _map(
     batch_size: int,
     num_cpus: float | None,
     max_restarts: int,
+    guard: tuple[int, tuple[str, ...]],
     ray_remote_args: dict[str, Any] | None,
 ) -> ray.data.Dataset:
     if not isinstance(dataset, ray.data.Dataset):
@@ -114,9 +191,10 @@ def _map(
     # the actor may restart.
     remote_args.setdefault("max_restarts", max_restarts)
     remote_args.setdefault("max_task_retries", -1 if max_restarts != 0 else 0)
+    max_attempts, columns = guard
     return dataset.map_batches(
         actor,
-        fn_constructor_args=args,
+        fn_constructor_args=(_BatchGuard(_attempts_counter(), max_attempts, columns), *args),
         batch_size=batch_size,
         batch_format="numpy",
         compute=ray.data.ActorPoolStrategy(size=actors),
@@ -134,24 +212,48 @@ def _column(batch: dict[str, np.ndarray], name: str) -> list[str]:
     return values
 
 
-class _Embedder:
+class _Guarded:
+    """An actor whose every batch is counted by its job's guard, so that one its actor never survives ends the job."""
+
+    def __init__(self, guard: _BatchGuard) -> None:
+        self.guard = guard
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        key = self.guard.start(batch)
+        out = self.process(batch)
+        self.guard.finish(key)
+        return out
+
+    def process(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+
+class _Embedder(_Guarded):
     """One engine per actor, kept for the actor's life."""
 
     def __init__(
-        self, model: str, engine_options: dict[str, Any], column: str, output_column: str, call: dict[str, Any]
+        self,
+        guard: _BatchGuard,
+        model: str,
+        engine_options: dict[str, Any],
+        column: str,
+        output_column: str,
+        call: dict[str, Any],
     ):
+        super().__init__(guard)
         announce_placement("embedding actor")
         self.engine = PoolingEngine(model, **engine_options)
         self.column, self.output_column, self.call = column, output_column, call
 
-    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def process(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         batch[self.output_column] = self.engine.embed(_column(batch, self.column), **self.call)
         return batch
 
 
-class _Scorer:
+class _Scorer(_Guarded):
     def __init__(
         self,
+        guard: _BatchGuard,
         model: str,
         engine_options: dict[str, Any],
         query_column: str,
@@ -159,12 +261,13 @@ class _Scorer:
         output_column: str,
         instruction: str | None,
     ):
+        super().__init__(guard)
         announce_placement("scoring actor")
         self.engine = PoolingEngine(model, **engine_options)
         self.query_column, self.document_column = query_column, document_column
         self.output_column, self.instruction = output_column, instruction
 
-    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def process(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         queries, documents = _column(batch, self.query_column), _column(batch, self.document_column)
         # One engine call per distinct query in the batch (score takes one query and many documents).
         rows_by_query: dict[str, list[int]] = {}

@@ -1,7 +1,8 @@
 """The remote client: the PoolingEngine API against `rbln-retrieval serve` replicas, sending prompted text over HTTP.
 
-client.py (RemoteEngine), served_model.py (the served model's family, from the server's description, and the name
-it is served under), replicas.py (HTTP spread over the healthy replicas, retried elsewhere with backoff). This
+client.py (RemoteEngine), calls.py (the client's loop and the calls in flight on it), served_model.py (the served
+model's family, from every replica's description, and the name it is served under), replicas.py (HTTP spread over
+the healthy replicas, retried elsewhere with backoff under one deadline per call). This
 package's names are RemoteEngine and its errors, re-exported here.
 
 May import: errors, models, text, results, engines
@@ -9,7 +10,16 @@ Engine libraries: none
 """
 
 from rbln_retrieval.engines.protocol import DESCRIBE_PATH
+from rbln_retrieval.remote.calls import RemoteClosedError
 from rbln_retrieval.remote.client import RemoteEngine
 from rbln_retrieval.remote.replicas import RemoteAuthError, RemoteError
+from rbln_retrieval.remote.served_model import ReplicaMismatchError
 
-__all__ = ["DESCRIBE_PATH", "RemoteAuthError", "RemoteEngine", "RemoteError"]
+__all__ = [
+    "DESCRIBE_PATH",
+    "RemoteAuthError",
+    "RemoteClosedError",
+    "RemoteEngine",
+    "RemoteError",
+    "ReplicaMismatchError",
+]

@@ -25,12 +25,13 @@ from typing import Any, Literal, TypeVar
 
 import numpy as np
 
-from rbln_retrieval.engines.loop import EngineLoop
 from rbln_retrieval.engines.options import EngineOptions
 from rbln_retrieval.engines.protocol import DESCRIBE_PATH, QUANTIZED_EMBED_PATH
 from rbln_retrieval.models.families import ModelFamily
-from rbln_retrieval.remote.replicas import RemoteAuthError, RemoteError, Replicas
+from rbln_retrieval.remote.calls import ClientLoop, RemoteClosedError
+from rbln_retrieval.remote.replicas import Deadline, RemoteAuthError, RemoteError, Replicas
 from rbln_retrieval.remote.served_model import RemoteModel
+from rbln_retrieval.results.finite import check_finite, finite_scores
 from rbln_retrieval.results.outputs import Output, check_remote_outputs
 from rbln_retrieval.results.quantize import Precision, check_precision, quantization_ranges, quantizer, resolve_ranges
 from rbln_retrieval.results.ranking import rank
@@ -46,15 +47,18 @@ DEFAULT_TIMEOUT = 60.0
 # vLLM's embeddings in base64: little-endian float32, exact, decoded with numpy instead of JSON's float parsing.
 BASE64_FLOAT32 = {"encoding_format": "base64", "embed_dtype": "float32", "endianness": "little"}
 
-# The timeout of the call in progress (None: the client's), seen by every request the call makes.
-_call_timeout: contextvars.ContextVar[float | None] = contextvars.ContextVar("rbln_remote_timeout", default=None)
+# The deadline of the call in progress (None: no call timeout, each request gets the client's), seen by every
+# request the call makes.
+_call_deadline: contextvars.ContextVar[Deadline | None] = contextvars.ContextVar("rbln_remote_deadline", default=None)
 
 
-class RemoteEngine:
+class RemoteEngine(ClientLoop):
     """``embed``/``score``/``rerank`` (sync and async) served by one or more remote replicas.
 
     The model's family comes from the server's description; an explicit ``family`` must agree with it and is used
-    where the server gives none (a plain vLLM server). ``truncate`` and ``timeout`` are defaults of each call.
+    where the server gives none (a plain vLLM server). ``truncate`` and ``timeout`` are defaults of each call: a
+    timeout bounds the whole call (every request, retry, backoff and wait for a busy server); without one, each
+    request gets DEFAULT_TIMEOUT for all its attempts, so a long ingest is not cut short.
     ``max_in_flight`` requests per replica are sent at once (fewer if the server's limit is lower); the rest wait
     here, not in the server's queue."""
 
@@ -87,13 +91,13 @@ class RemoteEngine:
         self._replicas = Replicas(
             urls,
             api_key=api_key if api_key is not None else os.environ.get("RBLN_API_KEY"),
-            timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
+            timeout=DEFAULT_TIMEOUT if timeout is None else timeout,  # per request, for calls without a timeout
             max_retries=max_retries,
             verify=verify,
             max_in_flight=max_in_flight,
         )
         self._batch_size = batch_size
-        self._loop = EngineLoop("rbln-retrieval-remote")
+        super().__init__("rbln-retrieval-remote")
         source_args = {
             "revision": revision,
             "cache_folder": cache_folder,
@@ -101,46 +105,22 @@ class RemoteEngine:
             "local_files_only": local_files_only,
         }
         self._remote = RemoteModel(self.model, self.options, self._replicas, source_args)
-        self._closed = False
+        self._timeout = timeout
 
     @property
     def family(self) -> ModelFamily:
         """The served model's family, read from the server on first use."""
         known = self._remote.family
-        return known if known is not None else self._run(self._remote.described())
+        return known if known is not None else self._run(self._call(None, self._described()))
 
-    def __repr__(self) -> str:  # never shows the API key
+    def __repr__(self) -> str:  # never shows the API key, nor credentials the base URLs held
         return f"RemoteEngine(model={self.model!r}, replicas={self._replicas.urls})"
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
+    async def _aclose(self) -> None:
+        await self._replicas.aclose()
 
-    def close(self) -> None:
-        self._closed = True
-        if not self._loop.loop.is_closed() and not self._loop.forked:
-            self._loop.run(self._replicas.aclose())
-        self._loop.close()
-
-    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        self._reconnect_after_fork()
-        return self._loop.run(coro)
-
-    async def _arun(self, coro: Coroutine[Any, Any, T]) -> T:
-        self._reconnect_after_fork()
-        return await self._loop.arun(coro)
-
-    def _reconnect_after_fork(self) -> None:
-        # A forked child has a copy of this client without the loop thread and with the parent's connections.
-        if self._loop.forked and not self._closed:
-            self._loop = EngineLoop("rbln-retrieval-remote")
-            self._replicas.forget_connections()
-
-    def __enter__(self) -> RemoteEngine:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+    def _forget_connections(self) -> None:
+        self._replicas.forget_connections()
 
     @property
     def dimension(self) -> int:
@@ -280,12 +260,20 @@ class RemoteEngine:
 
         return quantize, wire
 
-    @staticmethod
-    async def _call(timeout: float | None, work: Coroutine[Any, Any, T]) -> T:
+    def _call(self, timeout: float | None, work: Coroutine[Any, Any, T]) -> Coroutine[Any, Any, T]:
+        """``work`` under the call's deadline, every argument checked first (``work`` closed if refused)."""
         if timeout is not None and not timeout > 0:
             work.close()
             raise ValueError(f"timeout={timeout!r} must be a positive number of seconds or None.")
-        _call_timeout.set(timeout)  # this task's context: the call's requests see it, other calls do not
+        if self.closed:
+            work.close()
+            raise RemoteClosedError(f"{self!r} is closed; make a new one.")
+        return self._under_deadline(self._timeout if timeout is None else timeout, work)
+
+    @staticmethod
+    async def _under_deadline(seconds: float | None, work: Coroutine[Any, Any, T]) -> T:
+        # This task's context: the call's requests see the deadline (counted from here), other calls do not.
+        _call_deadline.set(None if seconds is None else Deadline.after(seconds))
         return await work
 
     @staticmethod
@@ -310,7 +298,7 @@ class RemoteEngine:
         wire: dict[str, Any] | None = None,
         what: str = "texts",
     ) -> Any:
-        family = await self._remote.described()  # never the sync property here: it would wait on this very loop
+        family = await self._described()  # never the sync property here: it would wait on this very loop
         if chunked := chunking(truncate):  # cut here with the model's tokenizer: the server embeds windows that fit
             prefix = embed_prefix(family, self.model, kind, instruction)
             windows = embed_windows(await self._remote.tokenizer(family), prefix, chunked)
@@ -345,7 +333,9 @@ class RemoteEngine:
             rows = sorted(data, key=lambda row: row["index"])
             return [np.frombuffer(base64.b64decode(row["embedding"]), dtype="<f4") for row in rows]
 
-        return np.stack(await self._batched(prompts, batch)).astype(np.float32, copy=False)
+        vectors = np.stack(await self._batched(prompts, batch)).astype(np.float32, copy=False)
+        check_finite(vectors, what)
+        return vectors
 
     async def _quantized(self, items: list[str], payload: dict[str, Any], wire: dict[str, Any]) -> list[np.ndarray]:
         """One batch's rows as our server quantizes them: each row's bytes, base64, in the answer's dtype."""
@@ -358,7 +348,7 @@ class RemoteEngine:
         self, query: str, documents: Iterable[str], instruction: str | None, truncate: Truncate, output: str = "dense"
     ) -> list[float]:
         query = check_query(query)
-        family = await self._remote.described()
+        family = await self._described()
         if chunked := chunking(truncate):
             windows = score_windows(await self._remote.tokenizer(family), self.model, query, instruction, chunked)
             score = partial(self._score, query, instruction=instruction, truncate="end")
@@ -382,14 +372,14 @@ class RemoteEngine:
                 data = (await self._post("/classify", body))["data"]
                 return [row["probs"][0] for row in sorted(data, key=lambda row: row["index"])]
 
-            return [float(s) for s in await self._batched(prompts, batch)]
+            return finite_scores(await self._batched(prompts, batch))
 
         async def pairs(items: list[str]) -> list[float]:  # the query travels in every request: room kept for it
             body = {"queries": query, "documents": items, **self._truncation(family, truncate)}
             data = (await self._post("/score", body))["data"]
             return [row["score"] for row in sorted(data, key=lambda row: row["index"])]
 
-        return [float(s) for s in await self._batched(docs, pairs, reserve=len(json.dumps(query)))]
+        return finite_scores(await self._batched(docs, pairs, reserve=len(json.dumps(query))))
 
     async def _batched(
         self, items: list[Any], call: Callable[[list[Any]], Awaitable[list[Any]]], reserve: int = 0
@@ -405,6 +395,9 @@ class RemoteEngine:
             raise RemoteError(f"The server returned {len(out)} results for {len(items)} inputs.")
         return out
 
+    async def _described(self) -> ModelFamily:
+        return await self._remote.described(_call_deadline.get())
+
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        """POST ``body`` for this model, with the timeout of the call in progress."""
-        return await self._remote.post(path, body, _call_timeout.get())
+        """POST ``body`` for this model, under the deadline of the call in progress."""
+        return await self._remote.post(path, body, _call_deadline.get())

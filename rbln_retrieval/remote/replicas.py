@@ -1,8 +1,9 @@
 """HTTP to one or more `rbln-retrieval serve` replicas: requests are spread over the healthy ones, a replica that
 fails is taken out for a cool-down and the request is retried elsewhere with backoff, so a request either gets one
-answer or raises RemoteError after bounded retries. A busy server (HTTP 429) is asked again after its Retry-After,
-as often as the call's timeout allows, and the requests in flight are kept under the servers' advertised bound.
-Nothing here knows about models; RemoteEngine does.
+answer or raises RemoteError after bounded retries. Every attempt, backoff and wait of a request runs under one
+Deadline (a call's timeout covers all of its requests), never a fresh timeout per attempt. A busy server (HTTP 429)
+is asked again after its Retry-After (parsed defensively and clamped), as often as the deadline allows, and the
+requests in flight are kept under the servers' advertised bound. Nothing here knows about models; RemoteEngine does.
 
 Imports: errors; httpx.
 """
@@ -10,32 +11,57 @@ Imports: errors; httpx.
 from __future__ import annotations
 
 import asyncio
+import base64
+import email.utils
+import math
 import random
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from httpx import USE_CLIENT_DEFAULT
 
 from rbln_retrieval.errors import RBLNRetrievalError
 
 
 class RemoteError(RBLNRetrievalError, ConnectionError):
-    """No replica answered usably within the retries (connection refused, timeout, 5xx, malformed JSON)."""
+    """No replica answered usably within the retries or the call's timeout (connection refused, timeout, 5xx,
+    malformed JSON)."""
 
 
 class RemoteAuthError(RBLNRetrievalError, PermissionError):
     """The server rejected the API key (HTTP 401/403); retrying cannot help."""
 
 
-# Waits on a busy server: Retry-After when it sends one (capped), else this; jittered so clients do not return at once.
+# Waits on a busy server: Retry-After when it sends a usable one, else the default; clamped so that a "0", a negative
+# or a NaN never makes a client re-send at once in a loop, and a far date never parks it; jittered so clients do not
+# return at once.
 DEFAULT_RETRY_AFTER = 1.0
+MIN_RETRY_AFTER = 0.25
 MAX_RETRY_AFTER = 30.0
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """When a call (or, without a call timeout, one request) must be done: ``seconds`` from its start."""
+
+    at: float
+    seconds: float
+
+    @classmethod
+    def after(cls, seconds: float) -> Deadline:
+        return cls(time.monotonic() + seconds, seconds)
+
+    def remaining(self) -> float:
+        return self.at - time.monotonic()
 
 
 @dataclass
 class _Replica:
-    url: str
+    url: str  # without credentials: this is what messages and reprs show
+    auth: httpx.BasicAuth | None = None  # the user and password the base_url held, sent but never shown
+    secrets: tuple[str, ...] = ()  # the password, raw and as sent, redacted from every message
     down_until: float = 0.0
     failures: int = 0
 
@@ -60,8 +86,8 @@ class Replicas:
         verify: bool | str = True,
         max_in_flight: int = 8,
     ):
-        self.urls = [u.rstrip("/") for u in urls]
-        self._replicas = [_Replica(u) for u in self.urls]
+        self._replicas = [_replica(u) for u in urls]
+        self.urls = [r.url for r in self._replicas]
         self._api_key = api_key
         self.timeout = timeout
         self._max_retries = max_retries
@@ -94,29 +120,23 @@ class Replicas:
         """After a fork: the parent's connections and semaphore are not this process's to use."""
         self._client, self._slots = None, None
 
+    def _redact(self, text: str) -> str:
+        """``text`` without the API key or any replica's password (an error may quote a request)."""
+        for secret in filter(None, [self._api_key, *(s for r in self._replicas for s in r.secrets)]):
+            text = text.replace(secret, "***")
+        return text
+
     def _auth_failed(self, replica: _Replica, response: httpx.Response) -> RemoteAuthError:
         return RemoteAuthError(
             f"{replica.url} rejected the request with HTTP {response.status_code}: "
             "set api_key (or RBLN_API_KEY) to the server's key."
         )
 
-    async def get_first(self, path: str) -> tuple[bool, Any]:
-        """(whether a replica answered, its JSON for ``path`` or None when it has no such route), asking the
-        replicas in order; an unreachable replica or an unreadable answer moves on to the next."""
-        for replica in self._replicas:
-            try:
-                response = await self._http().get(replica.url + path)
-            except httpx.HTTPError:
-                continue
-            if response.status_code in (401, 403):
-                raise self._auth_failed(replica, response)
-            if response.status_code == 404:
-                return True, None
-            try:
-                return True, response.json()
-            except ValueError:
-                continue
-        return False, None
+    async def get(self, path: str, deadline: Deadline | None = None, url: str | None = None) -> Any:
+        """The JSON answer to GET ``path`` (None: the server has no such route, HTTP 404), from the replica at
+        ``url`` (None: any healthy one), retried as ``post`` retries."""
+        replica = next(r for r in self._replicas if r.url == url) if url is not None else None
+        return await self._request("GET", path, None, deadline or Deadline.after(self.timeout), replica)
 
     def _pick(self) -> _Replica:
         now = time.monotonic()
@@ -125,67 +145,123 @@ class Replicas:
             return random.choice(healthy)
         return min(self._replicas, key=lambda r: r.down_until)  # all down: try the one that went down first
 
-    async def post(self, path: str, body: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
-        """The JSON answer of one replica to ``body``; 4xx raise ValueError with the server's message at once."""
+    async def post(self, path: str, body: dict[str, Any], deadline: Deadline | None = None) -> dict[str, Any]:
+        """The JSON answer of one replica to ``body``; 4xx raise ValueError with the server's message at once.
+        Without a ``deadline`` (the call has no timeout) the request gets the client's timeout for all its
+        attempts, counted once it holds an in-flight slot."""
         if self._slots is None:  # made on the loop that uses it (a forked child has another)
             self._slots = asyncio.Semaphore(self._max_in_flight)
-        async with self._slots:
-            return await self._post(path, body, timeout)
+        if deadline is None:
+            async with self._slots:
+                answer: dict[str, Any] = await self._request("POST", path, body, Deadline.after(self.timeout))
+                return answer
+        slots = self._slots  # limit_in_flight may replace it meanwhile: released where acquired
+        try:
+            await (
+                asyncio.wait_for(slots.acquire(), max(0.0, deadline.remaining())) if slots.locked() else slots.acquire()
+            )
+        except TimeoutError:
+            raise RemoteError(
+                f"{path} was not sent within the call's timeout of {deadline.seconds:g} s: every in-flight slot "
+                "stayed busy; raise timeout or max_in_flight, or add replicas."
+            ) from None
+        try:
+            answered: dict[str, Any] = await self._request("POST", path, body, deadline)
+            return answered
+        finally:
+            slots.release()
 
-    async def _post(self, path: str, body: dict[str, Any], timeout: float | None) -> dict[str, Any]:
-        timeout = timeout or self.timeout
-        # A busy server is waited for until the call's timeout has passed (from the first attempt), never longer.
-        deadline = time.monotonic() + timeout
+    async def _request(
+        self, method: str, path: str, body: dict[str, Any] | None, deadline: Deadline, pinned: _Replica | None = None
+    ) -> Any:
+        if deadline.remaining() <= 0:  # spent before this request (the description, an earlier request)
+            raise RemoteError(f"The call's timeout of {deadline.seconds:g} s passed before {path} was sent.")
         failure = "no attempt made"
         attempt = 0
         while attempt <= self._max_retries:
-            replica = self._pick()
+            replica = pinned or self._pick()
+            remaining = deadline.remaining()
             try:
-                response = await self._http().post(replica.url + path, json=body, timeout=timeout)
+                response = await self._http().request(
+                    method,
+                    replica.url + path,
+                    json=body,
+                    timeout=max(remaining, 0.001),
+                    auth=replica.auth or USE_CLIENT_DEFAULT,
+                )
             except httpx.TimeoutException:
-                failure = f"{replica.url} timed out after {timeout:g} s"
+                failure = f"{replica.url} timed out after {deadline.seconds:g} s (the call's timeout)"
             except httpx.TransportError as exc:
-                failure = f"could not reach {replica.url} ({type(exc).__name__}: {exc})"
+                failure = f"could not reach {replica.url} ({type(exc).__name__}: {self._redact(str(exc))})"
             else:
                 if response.status_code in (401, 403):
                     raise self._auth_failed(replica, response)
                 if response.status_code == 429:
                     self.throttled += 1
-                    wait = _retry_after(response) * (1.0 + 0.25 * random.random())
-                    if time.monotonic() + wait > deadline:
+                    wait = retry_after(response.headers.get("retry-after")) * (1.0 + 0.25 * random.random())
+                    if wait > deadline.remaining():
                         raise RemoteError(
-                            f"{replica.url}{path} stayed busy (HTTP 429) past the call's timeout of {timeout:g} s; "
-                            "raise timeout, or the server's --max-concurrent-requests, or add replicas."
+                            f"{replica.url}{path} stayed busy (HTTP 429) past the call's timeout of "
+                            f"{deadline.seconds:g} s; raise timeout, or the server's --max-concurrent-requests, or "
+                            "add replicas."
                         )
                     await asyncio.sleep(wait)
                     continue  # not the replica's fault: neither a failure nor an attempt
+                if method == "GET" and response.status_code == 404:
+                    return None
                 if 400 <= response.status_code < 500:
-                    message = _error_message(response)
-                    if self._api_key:  # a proxy may echo the request headers back
-                        message = message.replace(self._api_key, "***")
+                    message = self._redact(_error_message(response))  # a proxy may echo the request headers
                     raise ValueError(f"{replica.url}{path} rejected the request: {message}")
                 if response.status_code >= 500:
                     failure = f"{replica.url} answered HTTP {response.status_code}"
                 else:
                     try:
-                        payload: dict[str, Any] = response.json()
-                        replica.succeeded()
-                        return payload
+                        payload = response.json()
                     except ValueError:
                         failure = f"{replica.url} answered with malformed JSON"
+                    else:
+                        replica.succeeded()
+                        return payload
             replica.failed()
-            if attempt < self._max_retries:
-                await asyncio.sleep(min(4.0, 0.25 * 2**attempt) * (0.5 + random.random()))
             attempt += 1
+            backoff = min(4.0, 0.25 * 2 ** (attempt - 1)) * (0.5 + random.random())
+            if attempt <= self._max_retries and backoff >= deadline.remaining():
+                raise RemoteError(
+                    f"{path} got no answer within the call's timeout of {deadline.seconds:g} s ({attempt} "
+                    f"attempt{'s' if attempt > 1 else ''}); last: {failure}."
+                )
+            if attempt <= self._max_retries:
+                await asyncio.sleep(backoff)
         raise RemoteError(f"{path} failed after {self._max_retries + 1} attempts; last: {failure}.")
 
 
-def _retry_after(response: httpx.Response) -> float:
-    """Seconds a 429 asks to wait (Retry-After in seconds; an HTTP date or none: DEFAULT_RETRY_AFTER), capped."""
-    try:
-        return min(MAX_RETRY_AFTER, max(0.0, float(response.headers.get("retry-after", DEFAULT_RETRY_AFTER))))
-    except ValueError:
-        return DEFAULT_RETRY_AFTER
+def _replica(url: str) -> _Replica:
+    """A replica of ``url``; credentials in it (``https://user:password@host``) move to its auth, out of sight."""
+    parsed = httpx.URL(url.rstrip("/"))
+    if not (parsed.username or parsed.password):
+        return _Replica(str(parsed))
+    auth = httpx.BasicAuth(parsed.username, parsed.password)
+    sent = base64.b64encode(f"{parsed.username}:{parsed.password}".encode()).decode()
+    shown = str(parsed.copy_with(username=None, password=None))
+    return _Replica(shown, auth, tuple(filter(None, (parsed.password, sent))))
+
+
+def retry_after(header: str | None) -> float:
+    """Seconds a 429 asks to wait: Retry-After as seconds or as an HTTP date, else DEFAULT_RETRY_AFTER (also for a
+    NaN or an unreadable value), clamped to [MIN_RETRY_AFTER, MAX_RETRY_AFTER]."""
+    seconds = DEFAULT_RETRY_AFTER
+    if header is not None:
+        try:
+            seconds = float(header)
+        except ValueError:
+            try:
+                when = email.utils.parsedate_to_datetime(header)
+                seconds = when.timestamp() - time.time()
+            except (TypeError, ValueError, IndexError, OverflowError):
+                seconds = DEFAULT_RETRY_AFTER
+    if math.isnan(seconds):
+        seconds = DEFAULT_RETRY_AFTER
+    return min(MAX_RETRY_AFTER, max(MIN_RETRY_AFTER, seconds))
 
 
 def _error_message(response: httpx.Response) -> str:

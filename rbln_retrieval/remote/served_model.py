@@ -2,10 +2,13 @@
 replicas serve it under.
 
 The server describes its model (family, prompts, dimensions, max length) on ``DESCRIBE_PATH``; the client reads it
-once, so a client that has only the model's name applies prompts and templates exactly as local mode does. A plain
-vLLM server gives no description: the family then comes from the model's config files where the client can read
-them, else from the family's defaults. The description also advertises the server's limits, under which calls are
-cut into batches here.
+from every replica once, so a client that has only the model's name applies prompts and templates exactly as local
+mode does. A description that cannot be read (a proxy's 502, a rolling restart) is retried within the call's
+deadline and then fails the call: the client never guesses a family. Replicas that describe different models are
+refused (ReplicaMismatchError), and so is an answer naming another model. A plain vLLM server has no description
+route (HTTP 404): the family then comes from the model's config files where the client can read them, else from an
+explicit family or the bi-encoder defaults, with a warning. The description also advertises the server's limits,
+under which calls are cut into batches here.
 
 Imports: engines (options, protocol), errors, models (families, family_prompts, source), remote (replicas), text
 (tokens).
@@ -26,7 +29,7 @@ from rbln_retrieval.errors import ModelNotFoundError, ModelNotSupportedError
 from rbln_retrieval.models.families import ModelFamily, detect_family
 from rbln_retrieval.models.family_prompts import default_document_prompt, default_instruction, default_query_prompt
 from rbln_retrieval.models.source import resolve_model, split_reference
-from rbln_retrieval.remote.replicas import Replicas
+from rbln_retrieval.remote.replicas import Deadline, RemoteError, Replicas
 from rbln_retrieval.text.tokens import PromptTokenizer
 
 logger = logging.getLogger(__name__)
@@ -35,6 +38,13 @@ logger = logging.getLogger(__name__)
 # what a request's body holds beside its inputs (model name, options): both kept clear of the server's bounds.
 TOKEN_BYTES = 4
 BODY_RESERVE = 4096
+# Inputs per request a server takes when its description does not say (the server's documented default).
+MAX_INPUTS_PER_REQUEST = 2048
+
+
+class ReplicaMismatchError(RemoteError):
+    """The replicas behind the base URLs serve different models (or versions of one): their vectors and scores
+    must not be mixed in one call."""
 
 
 class RemoteModel:
@@ -49,19 +59,58 @@ class RemoteModel:
         self._source_args = source_args
         self.family: ModelFamily | None = None  # known once a replica has answered
         self._served_name: str | None = None
+        self._listed = False  # the served name came from the server's /v1/models (so answers must carry it)
         self.quantizes = False  # the server answers QUANTIZED_EMBED_PATH (an `rbln-retrieval serve` server does)
         self._tokenizer: PromptTokenizer | None = None
         # The server's advertised bounds (max_payload_bytes, max_queued_tokens, ...; empty: none known).
         self.limits: dict[str, int | None] = {}
 
-    async def described(self) -> ModelFamily:
-        """The family, asked of the replicas until one answers."""
+    async def described(self, deadline: Deadline | None = None) -> ModelFamily:
+        """The family, asked of every replica once (retried within ``deadline``): a call never goes out without
+        the served model's prompts, and replicas that describe different models are refused."""
         if self.family is None:
-            answered, served = await self._server_family()
-            if not answered:  # no replica up: the call fails in post with the usual error; ask again next time
-                return self._checked_family(None, warn=False)
-            self.family = self._checked_family(served)
+            descriptions = await self._descriptions(deadline)
+            self.family = self._checked_family(self._server_family(descriptions))
         return self.family
+
+    async def _descriptions(self, deadline: Deadline | None) -> dict[str, Any]:
+        """{url: description (None: no description route)} of every replica that answered; RemoteError when none
+        did within the retries and the deadline, ReplicaMismatchError when two disagree."""
+        urls = self._replicas.urls
+        answers = await asyncio.gather(
+            *(self._replicas.get(DESCRIBE_PATH, deadline, url) for url in urls), return_exceptions=True
+        )
+        for answer in answers:
+            if isinstance(answer, BaseException) and not isinstance(answer, RemoteError):
+                raise answer
+        found = {url: a for url, a in zip(urls, answers) if not isinstance(a, BaseException)}
+        if not found:
+            failed = str(answers[0]).rstrip(".")
+            raise RemoteError(
+                f"No replica described {self.model} ({failed}), and a call is never sent without the model's "
+                "prompts and limits; check that the server is up, or raise timeout or max_retries."
+            )
+        check_same_model(found)
+        return found
+
+    def _server_family(self, descriptions: dict[str, Any]) -> ModelFamily | None:
+        """The family the replicas describe (None: servers without the description route), their tightest limits
+        kept."""
+        described = [d for d in descriptions.values() if isinstance(d, dict)]
+        if not described:
+            return None
+        self.quantizes = all(d.get("quantized_embeddings") == QUANTIZED_EMBED_PATH for d in described)
+        limits = [d["limits"] for d in described if isinstance(d.get("limits"), dict)]
+        if limits:
+            tightest = {key: [v for v in (bounds.get(key) for bounds in limits) if v] for key in limits[0]}
+            self.limits = {key: min(values) if values else None for key, values in tightest.items()}
+            self._replicas.limit_in_flight(self.limits.get("max_concurrent_requests"))
+        try:
+            return ModelFamily(**described[0]["family"])
+        except (KeyError, TypeError) as exc:
+            raise RemoteError(
+                f"{self._replicas.urls[0]}{DESCRIBE_PATH} answered JSON that is not a model description ({exc!r})."
+            ) from exc
 
     async def tokenizer(self, family: ModelFamily) -> PromptTokenizer:
         """The model's tokenizer, read from the model's files on this machine (its directory, or the Hugging Face
@@ -80,21 +129,7 @@ class RemoteModel:
                 ) from exc
         return self._tokenizer
 
-    async def _server_family(self) -> tuple[bool, ModelFamily | None]:
-        """(whether a replica answered, the family it describes or None for a server without the route)."""
-        answered, description = await self._replicas.get_first(DESCRIBE_PATH)
-        if description is None:
-            return answered, None
-        self.quantizes = description.get("quantized_embeddings") == QUANTIZED_EMBED_PATH
-        if isinstance(description.get("limits"), dict):
-            self.limits = description["limits"]
-            self._replicas.limit_in_flight(self.limits.get("max_concurrent_requests"))
-        try:
-            return True, ModelFamily(**description["family"])
-        except (KeyError, TypeError):  # not our description: as if no replica had answered
-            return False, None
-
-    def _checked_family(self, served: ModelFamily | None, warn: bool = True) -> ModelFamily:
+    def _checked_family(self, served: ModelFamily | None) -> ModelFamily:
         wanted = self.options.family
         if served is not None:
             if wanted is not None and wanted != served.name:
@@ -110,7 +145,7 @@ class RemoteModel:
             logger.info("%s Prompts come only from the family's defaults and explicit instructions.", exc)
         else:
             return detect_family(source.path, max_length=self.options.max_length, family=wanted)
-        if wanted is None and warn:
+        if wanted is None:
             logger.warning(
                 "The server does not describe %s and family is unset: treating it as a bi-encoder. Pass family= "
                 "if it is a reranker or Qwen3-Embedding.",
@@ -129,9 +164,11 @@ class RemoteModel:
         )
 
     def batches(self, items: list[str], batch_size: int, reserve: int = 0) -> list[list[str]]:
-        """``items`` cut into consecutive batches of at most ``batch_size``, each request's body (with ``reserve``
+        """``items`` cut into consecutive batches of at most ``batch_size`` (and the server's
+        max_inputs_per_request), each request's body (with ``reserve``
         bytes of other fields) under the server's max_payload_bytes and max_queued_tokens, JSON escapes counted;
         an input over them alone is refused before any request."""
+        batch_size = min(batch_size, self.limits.get("max_inputs_per_request") or MAX_INPUTS_PER_REQUEST)
         bounds = [self.limits.get("max_payload_bytes"), (self.limits.get("max_queued_tokens") or 0) * TOKEN_BYTES]
         budget = min(b for b in bounds if b) - BODY_RESERVE - reserve if any(bounds) else None
         batches: list[list[str]] = []
@@ -155,18 +192,60 @@ class RemoteModel:
         """The name a server started with this model serves it under: a hub id without its ``@revision``."""
         return self.model if Path(self.model).is_dir() else split_reference(self.model)[0]
 
-    async def post(self, path: str, body: dict[str, Any], timeout: float | None) -> dict[str, Any]:
-        """POST ``body`` for this model to a replica."""
-        return await self._replicas.post(path, {"model": await self._served_id(), **body}, timeout)
+    async def post(self, path: str, body: dict[str, Any], deadline: Deadline | None) -> dict[str, Any]:
+        """POST ``body`` for this model to a replica; an answer for another model (vLLM serves whatever it has,
+        whatever the request names) is refused."""
+        served = await self._served_id(deadline)
+        answer = await self._replicas.post(path, {"model": served, **body}, deadline)
+        answered_for = answer.get("model") if isinstance(answer, dict) else None
+        if self._listed and isinstance(answered_for, str) and answered_for != served:
+            raise ReplicaMismatchError(
+                f"A replica behind {', '.join(self._replicas.urls)} answered {path} for model {answered_for!r}, but "
+                f"the replicas serve {served!r}; point base_url at replicas of one model."
+            )
+        return answer
 
-    async def _served_id(self) -> str:
+    async def _served_id(self, deadline: Deadline | None) -> str:
         """The name the server serves the model under (it may differ from the path this client was given)."""
         if self._served_name is None:
-            answered, listing = await self._replicas.get_first("/v1/models")
-            if answered:
-                try:
-                    models = listing["data"] if listing is not None else []
-                except (KeyError, TypeError):
-                    models = []
-                self._served_name = models[0]["id"] if len(models) == 1 else self._name
-        return self._served_name or self._name
+            try:
+                listing = await self._replicas.get("/v1/models", deadline)
+            except RemoteError:  # the request itself then fails, or succeeds under the given name
+                return self._name
+            try:
+                models = listing["data"] if listing is not None else []
+            except (KeyError, TypeError):
+                models = []
+            self._listed = len(models) == 1
+            self._served_name = models[0]["id"] if self._listed else self._name
+        return self._served_name
+
+
+def check_same_model(descriptions: dict[str, Any]) -> None:
+    """Raise ReplicaMismatchError when two replicas' descriptions differ in anything but their limits (the model,
+    its family, prompts, dimensions, or any version field a server publishes)."""
+    (first, expected), *others = descriptions.items()
+    for url, other in others:
+        a, b = _identity(expected), _identity(other)
+        if a == b:
+            continue
+        field = next((k for k in sorted({*a, *b}) if a.get(k) != b.get(k)), "description")
+        if field == "family":
+            inner_a, inner_b = a["family"] or {}, b["family"] or {}
+            field = next(f"family.{k}" for k in sorted({*inner_a, *inner_b}) if inner_a.get(k) != inner_b.get(k))
+        raise ReplicaMismatchError(
+            f"The replicas serve different models: {first} has {field}={_field(a, field)!r} but {url} has "
+            f"{_field(b, field)!r}; point base_url at replicas of one model and revision."
+        )
+
+
+def _identity(description: Any) -> dict[str, Any]:
+    if not isinstance(description, dict):
+        return {"description": None}  # a server without the description route
+    return {k: v for k, v in description.items() if k != "limits"}
+
+
+def _field(identity: dict[str, Any], field: str) -> Any:
+    head, _, inner = field.partition(".")
+    value = identity.get(head)
+    return (value or {}).get(inner) if inner else value

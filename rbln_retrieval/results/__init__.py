@@ -2,7 +2,8 @@
 rankings, and the precision each compute dtype promises.
 
 outputs.py (the outputs besides dense vectors, and their MaxSim), ranking.py (scores -> (index, score) pairs,
-best first), precision.py (the bounds against float32). Shared by the local engine, the remote client and the
+best first, NaN last), precision.py (the bounds against float32), finite.py (NaN and infinities refused,
+naming the input). Shared by the local engine, the remote client and the
 framework integrations, so all finish results the same way.
 
 May import: nothing

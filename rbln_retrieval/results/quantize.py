@@ -67,10 +67,14 @@ def resolve_ranges(
     if ranges is None:
         ranges = quantization_ranges(np.asarray(calibration_embeddings))
     ranges = np.asarray(ranges)
+    what = "ranges" if calibration_embeddings is None else "calibration_embeddings' ranges"
     if ranges.shape != (2, dim) or ranges.dtype.kind not in "fiu":
-        what = "ranges" if calibration_embeddings is None else "calibration_embeddings' ranges"
         raise ValueError(f"{what} must have shape (2, {dim}) for {dim}-dimensional vectors, not {ranges.shape}.")
-    return ranges.astype(np.float32, copy=False)
+    scale = ranges.astype(np.float32, copy=False)
+    if not np.isfinite(scale).all():  # NaN or an infinity would put every value of its dimension in one bucket
+        column = int(np.flatnonzero(~np.isfinite(scale).all(axis=0))[0])
+        raise ValueError(f"{what} must be finite numbers, but dimension {column} has {scale[:, column].tolist()}.")
+    return scale
 
 
 def quantizer(

@@ -3,7 +3,8 @@ model's description route and an API key on every route.
 
 serve.py (vLLM's serve arguments from the preset table the local engine uses; running the server), auth.py (the
 API key on every route but the probes), quantized.py (quantized embeddings on the wire), limits.py (backpressure:
-429 past the requests and tokens in flight, 413 past a request's size).
+429 past the requests and tokens in flight, 413 past what one request may cost), cost.py (that cost, read from the
+body before anything is tokenized).
 
 May import: errors, quiet, models, engines, local, results, backend
 Engine libraries: vllm

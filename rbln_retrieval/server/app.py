@@ -1,9 +1,9 @@
 """The one app both servers run: `rbln-retrieval serve` (serve.py) and each Ray Serve replica (ray/serve.py).
 
 vLLM's OpenAI-compatible app over an engine client, with what this package adds in front of it and beside it, in
-the order a request meets them: the API key on every route but the probes (auth.py), backpressure and the size
-limit (limits.py), then vLLM's routes plus the model's description (GET DESCRIBE_PATH) and quantized embeddings
-(quantized.py). A plain function over vLLM's public builders, so both servers get the same routes and guards
+the order a request meets them: the API key on every route but the probes (auth.py), backpressure and what one
+request may cost (limits.py), then vLLM's routes plus the model's description (GET DESCRIBE_PATH) and quantized
+embeddings (quantized.py). A plain function over vLLM's public builders, so both servers get the same routes and guards
 without patching vLLM's modules.
 
 Imports: engines (protocol), server (auth, limits, quantized); vLLM's app builders inside the function (the caller

@@ -1,35 +1,43 @@
 """Backpressure in front of vLLM's app: a bound on requests in flight and on the tokens they queue (past either,
-HTTP 429 with Retry-After), and on a request's body (past it, HTTP 413 naming the limit).
+HTTP 429 with Retry-After), and on what one request may cost: its body's bytes, its inputs, the characters of each
+and its tokens (past any, HTTP 413 naming the limit, the value and the input).
 
 vLLM's server queues every request it accepts: under a burst the queue, the memory it holds and every client's
 latency grow without bound until clients time out. This pure ASGI middleware answers at once instead, so a client
 backs off (RemoteEngine honours Retry-After) and the requests in flight keep their latency. Only POSTs count: the
-probes, /metrics and the description route always answer. Queued tokens are estimated from the body's bytes
-(TOKEN_BYTES a token, English text's usual size), so the bound holds before anything is tokenized.
+probes, /metrics and the description route always answer. A request takes its slot before its body is read, so
+slow uploads hold at most max_concurrent_requests bodies; its cost is read from the body before anything is
+tokenized (cost.py: a scoring request's query counted once per document, as vLLM tokenizes it), so one request
+cannot queue more tokenization than max_queued_tokens.
 
-Imports: nothing beyond the standard library (an ASGI app needs no framework; the CLI reads its options here).
+Imports: server (cost); nothing else beyond the standard library (an ASGI app needs no framework; the CLI reads its
+options here).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-TOKEN_BYTES = 4
+from rbln_retrieval.server.cost import Cost, request_cost
+
 RETRY_AFTER_SECONDS = 1
 
 
 @dataclass(frozen=True)
 class Limits:
     """The server's bounds (None: unbounded). Defaults: TEI's 512 concurrent requests and 2 MB payload; 1M queued
-    tokens is about 2,000 full 512-token inputs, seconds of work for a CPU or one NPU."""
+    tokens is about 2,000 full 512-token inputs, seconds of work for a CPU or one NPU; 2,048 inputs a request is
+    OpenAI's embeddings bound; 262,144 characters (about 65,000 tokens) is over the longest context of every
+    supported family, so only an input that truncation would mostly throw away is refused."""
 
     max_concurrent_requests: int | None = 512
     max_queued_tokens: int | None = 1_000_000
     max_payload_bytes: int | None = 2_000_000
+    max_inputs_per_request: int | None = 2048
+    max_input_chars: int | None = 262_144
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -39,6 +47,26 @@ class Limits:
     def advertised(self) -> dict[str, int | None]:
         """What the description route tells clients, which split their calls under these bounds."""
         return asdict(self)
+
+    def refusal(self, cost: Cost) -> str | None:
+        """The sentence refusing a request of ``cost`` whatever else is in flight (HTTP 413), or None."""
+        if self.max_inputs_per_request is not None and cost.inputs > self.max_inputs_per_request:
+            return (
+                f"The request has {cost.inputs} items in `{cost.what}`, over the server's max_inputs_per_request of "
+                f"{self.max_inputs_per_request}; split it into smaller requests."
+            )
+        if self.max_input_chars is not None and cost.longest is not None and cost.longest[1] > self.max_input_chars:
+            name, chars = cost.longest
+            return (
+                f"`{name}` is {chars} characters, over the server's max_input_chars of {self.max_input_chars}; "
+                "shorten it (only the model's max length in tokens is kept of it) or split it."
+            )
+        if self.max_queued_tokens is not None and cost.tokens > self.max_queued_tokens:
+            return (
+                f"The request costs about {cost.tokens} tokens to tokenize ({cost.basis}), over the server's "
+                f"max_queued_tokens of {self.max_queued_tokens}; split it into smaller requests."
+            )
+        return None
 
 
 def _error(status: int, message: str, kind: str) -> tuple[int, bytes]:
@@ -63,6 +91,20 @@ class Backpressure:
         if limits.max_payload_bytes is not None and declared is not None and int(declared) > limits.max_payload_bytes:
             await self._refuse(send, *self._too_large(int(declared)))
             return
+        if limits.max_concurrent_requests is not None and self.in_flight >= limits.max_concurrent_requests:
+            bound = limits.max_concurrent_requests
+            await self._busy(send, f"{self.in_flight} requests in flight, the max_concurrent_requests of {bound}")
+            return
+        # The slot is held while the body is read, so slow uploads hold at most max_concurrent_requests bodies.
+        self.in_flight += 1
+        try:
+            await self._admit(scope, receive, send)
+        finally:
+            self.in_flight -= 1
+
+    async def _admit(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """Read the body (bounded), refuse it past a limit of its cost, else run the app with its tokens queued."""
+        limits = self.limits
         # Read the body here (bounded) so a chunked upload cannot pass the payload bound either; the app replays it.
         chunks, size = [], 0
         while True:
@@ -77,30 +119,16 @@ class Backpressure:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
-        tokens = math.ceil(len(body) / TOKEN_BYTES)
-        if limits.max_queued_tokens is not None and tokens > limits.max_queued_tokens:
-            await self._refuse(
-                send,
-                *_error(
-                    413,
-                    f"The request holds about {tokens} tokens ({len(body)} bytes), over the server's "
-                    f"max_queued_tokens of {limits.max_queued_tokens}; split it into smaller requests.",
-                    "RequestTooLarge",
-                ),
+        cost = request_cost(scope.get("path", "").removeprefix(scope.get("root_path", "")), body)
+        if too_costly := limits.refusal(cost):
+            await self._refuse(send, *_error(413, too_costly, "RequestTooLarge"))
+            return
+        tokens = cost.tokens
+        if limits.max_queued_tokens is not None and self.queued_tokens + tokens > limits.max_queued_tokens:
+            await self._busy(
+                send, f"{self.queued_tokens} tokens queued, near the max_queued_tokens of {limits.max_queued_tokens}"
             )
             return
-        busy = None
-        if limits.max_concurrent_requests is not None and self.in_flight >= limits.max_concurrent_requests:
-            busy = (
-                f"{self.in_flight} requests in flight, the max_concurrent_requests of {limits.max_concurrent_requests}"
-            )
-        elif limits.max_queued_tokens is not None and self.queued_tokens + tokens > limits.max_queued_tokens:
-            busy = f"{self.queued_tokens} tokens queued, near the max_queued_tokens of {limits.max_queued_tokens}"
-        if busy:
-            message = f"The server is busy ({busy}); retry after {RETRY_AFTER_SECONDS} s."
-            await self._refuse(send, *_error(429, message, "TooManyRequests"), retry_after=True)
-            return
-        self.in_flight += 1
         self.queued_tokens += tokens
         replayed = False
 
@@ -115,8 +143,11 @@ class Backpressure:
         try:
             await self.app(scope, replay, send)
         finally:
-            self.in_flight -= 1
             self.queued_tokens -= tokens
+
+    async def _busy(self, send: Any, busy: str) -> None:
+        message = f"The server is busy ({busy}); retry after {RETRY_AFTER_SECONDS} s."
+        await self._refuse(send, *_error(429, message, "TooManyRequests"), retry_after=True)
 
     def _too_large(self, size: int) -> tuple[int, bytes]:
         return _error(
@@ -145,8 +176,14 @@ def add_limit_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("backpressure (0: no limit; docs/serving.md says how to size each)")
     for name, past_it in (
         ("max_concurrent_requests", "requests in flight; past it: HTTP 429 + Retry-After"),
-        ("max_queued_tokens", "tokens of the requests in flight, estimated as bytes/4; past it: 429"),
+        (
+            "max_queued_tokens",
+            "tokens of the requests in flight, estimated as bytes/4 (a scoring request's query once per document); "
+            "past it: 429; one request over it alone: 413",
+        ),
         ("max_payload_bytes", "a request's body; past it: HTTP 413"),
+        ("max_inputs_per_request", "texts, or documents to score, in one request; past it: HTTP 413"),
+        ("max_input_chars", "characters of one text, query or document; past it: HTTP 413"),
     ):
         default = getattr(Limits(), name)
         group.add_argument(
@@ -159,7 +196,7 @@ def add_limit_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def limits_from_args(args: argparse.Namespace) -> Limits:
-    return Limits(args.max_concurrent_requests, args.max_queued_tokens, args.max_payload_bytes)
+    return Limits(**{name: getattr(args, name) for name in Limits.__dataclass_fields__})
 
 
 def _bound(text: str) -> int | None:

@@ -20,6 +20,8 @@ from rbln_retrieval.models.family_prompts import QWEN3_RERANKER_PREFIX, QWEN3_RE
 # Truncation keeps at most max_length tokens: only a window of this many characters per kept token is tokenized,
 # not the whole text (a 1 MB text would hold about 200 MiB of tokenizer state).
 CHARS_PER_TOKEN = 32
+# Where a window may be cut without splitting a word.
+WHITESPACE = (" ", "\n", "\t", "\r", "\u3000")
 
 
 @dataclass(frozen=True)
@@ -71,31 +73,36 @@ class PromptTokenizer:
             return [Tokens(i) for i in ids]
         windows = [self._window(text, truncate) for text in texts]
         if truncate == "end":
-            ids = hf([prefix + w for w in windows], truncation=True, max_length=self.max_length)["input_ids"]
+            ids = hf([prefix + w for w, _ in windows], truncation=True, max_length=self.max_length)["input_ids"]
         else:
-            ids = hf([prefix + w for w in windows], truncation=False)["input_ids"]
+            ids = hf([prefix + w for w, _ in windows], truncation=False)["input_ids"]
         for pos, row in enumerate(ids):
-            if len(row) < self.max_length and windows[pos] is not texts[pos]:
+            window, at_space = windows[pos]
+            if len(row) < self.max_length and at_space:
                 # The window held fewer tokens than fit (over CHARS_PER_TOKEN characters each): use the whole text.
-                windows[pos] = texts[pos]
-                row = ids[pos] = hf(prefix + texts[pos], truncation=truncate == "end", max_length=self.max_length)[
+                window = texts[pos]
+                row = ids[pos] = hf(prefix + window, truncation=truncate == "end", max_length=self.max_length)[
                     "input_ids"
                 ]
             if len(row) > self.max_length:  # truncate="start"
-                ids[pos] = self._keep_end(hf, prefix, windows[pos])
+                ids[pos] = self._keep_end(hf, prefix, window)
         return [Tokens(i) for i in ids]
 
-    def _window(self, text: str, truncate: str) -> str:
-        """The part of ``text`` that truncation can keep: its start ("end") or its end ("start"), cut at a space
-        so no word is split, or ``text`` itself when it is short or has no space to cut at."""
+    def _window(self, text: str, truncate: str) -> tuple[str, bool]:
+        """The part of ``text`` that truncation can keep, and whether it was cut at whitespace: its start ("end") or
+        its end ("start"), max_length x CHARS_PER_TOKEN characters cut at whitespace so no word is split, or cut
+        right there when the window's outer half has no whitespace (a run that long is one huge word, or text
+        without spaces: tokenizing all of it would cost its whole length for at most max_length tokens); ``text``
+        itself when it is short."""
         limit = self.max_length * CHARS_PER_TOKEN
         if len(text) <= limit:
-            return text
+            return text, False
         if truncate == "end":
-            cut = text.rfind(" ", 0, limit)
-            return text[:cut] if cut > 0 else text
-        cut = text.find(" ", len(text) - limit)
-        return text[cut:] if cut > 0 else text
+            cut = max(text.rfind(space, limit // 2, limit) for space in WHITESPACE)
+            return (text[:cut], True) if cut > 0 else (text[:limit], False)
+        start = len(text) - limit
+        found = [at for at in (text.find(space, start, start + limit // 2) for space in WHITESPACE) if at >= 0]
+        return (text[min(found) :], True) if found else (text[start:], False)
 
     def _keep_end(self, hf: Any, prefix: str, text: str) -> list[int]:
         """Keep the prompt and as much of the end of ``text`` as fits."""

@@ -13,7 +13,6 @@ import pytest
 import reference
 from corpus import mixed_length, passages
 from model_builders import BUILDERS
-from npu import NPUS
 
 FAMILIES = [*BUILDERS, "all-MiniLM-L6-v2"]
 TEXTS = mixed_length(40)  # one word to thousands (truncated at max_length)
@@ -62,7 +61,25 @@ def _max_difference(a, b) -> float:
     return max(abs(x.get(t, 0.0) - y.get(t, 0.0)) for x, y in zip(a, b) for t in set(x) | set(y))
 
 
-def _reference(path, family):
+# Computed once per model and session: the stock runner's outputs (a family's route tests and its bundled test
+# compare against the same ones) and the plain-transformers reference.
+_STOCK: dict[str, dict] = {}
+_REFERENCE: dict[str, dict] = {}
+
+
+def _stock_outputs(path, stock) -> dict:
+    if str(path) not in _STOCK:
+        _STOCK[str(path)] = _outputs(stock)
+    return _STOCK[str(path)]
+
+
+def _reference(path, family) -> dict:
+    if str(path) not in _REFERENCE:
+        _REFERENCE[str(path)] = _transformers_reference(path, family)
+    return _REFERENCE[str(path)]
+
+
+def _transformers_reference(path, family):
     length = family.max_length
     if family.name == "cross-encoder":
         return {"scores": np.array(reference.cross_encoder_scores(str(path), QUERY, TEXTS, max_length=length))}
@@ -102,7 +119,7 @@ def _reference(path, family):
 @pytest.mark.parametrize("pair", FAMILIES, indirect=True)
 def test_bundled_equals_stock_equals_reference(pair):
     path, bundled, stock = pair
-    ours, theirs, expected = _outputs(bundled), _outputs(stock), _reference(path, bundled.family)
+    ours, theirs, expected = _outputs(bundled), _stock_outputs(path, stock), _reference(path, bundled.family)
     for key in expected:
         assert _max_difference(ours[key], theirs[key]) <= TOLERANCE, f"{key}: bundled vs stock"
         assert _max_difference(ours[key], expected[key]) <= TOLERANCE, f"{key}: bundled vs transformers"
@@ -123,19 +140,32 @@ def test_bundled_equals_stock_equals_reference(pair):
 
 
 NPU_NAMESPACES = {"aten", "prims", "rbln_custom_ops"}
+# Every family on the torch.compile route (RBLN-CR13); on the ahead-of-time route (RBLN-CA25), whose graphs are the
+# same bucket graphs handed to another entry point, one family of each kind: an encoder, a cross-encoder, a causal
+# model and bge-m3 (token-level outputs pooled on the host).
+# One test per route, each parametrized by ``pair`` alone, so pytest groups every test of a family around one pair.
+AOT_FAMILIES = ["all-MiniLM-L6-v2", "bert-cross-encoder", "qwen3-embedding", "bge-m3"]
 
 
-@pytest.mark.parametrize("npu", NPUS)
 @pytest.mark.parametrize("pair", FAMILIES, indirect=True)
-def test_rbln_target_hands_the_compiler_aten_graphs_with_weights_as_module_state(pair, npu, request, caplog):
+def test_rbln_target_on_the_torch_compile_route(pair, request, caplog):
+    assert_rbln_target(pair, "RBLN-CR13", request, caplog)
+
+
+@pytest.mark.parametrize("pair", AOT_FAMILIES, indirect=True)
+def test_rbln_target_on_the_ahead_of_time_route(pair, request, caplog):
+    assert_rbln_target(pair, "RBLN-CA25", request, caplog)
+
+
+def assert_rbln_target(pair, npu, request, caplog):
     """device="rbln" against the stand-in compiler, on the route of each NPU family: each bucket graph lowers to
     ATen only, writes into none of its inputs, holds real contiguous weights as module state (one copy shared by
     every bucket), is compiled the way SDK 0.12 compiles for that family, and computes what vLLM's stock runner
     computes. A family with token-level outputs says at start where they are pooled."""
-    _, _, stock = pair
+    path, _, stock = pair
     engine, compiled = request.getfixturevalue({"RBLN-CA25": "rbln_atom", "RBLN-CR13": "rbln_rebel100"}[npu])
     at_start = [r.getMessage() for r in caplog.get_records("setup") + caplog.get_records("call")]
-    ours, theirs = _outputs(engine), _outputs(stock)
+    ours, theirs = _outputs(engine), _stock_outputs(path, stock)
     notes = [m for m in at_start if "pooled by vLLM's pooler on the host" in m]
     assert len(notes) == (engine.family.name in ("bge-m3", "colbert", "splade")), notes
     for key in theirs:

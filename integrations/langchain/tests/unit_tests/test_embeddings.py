@@ -75,60 +75,6 @@ def test_dimensions_on_a_model_without_matryoshka_is_rejected(minilm, cpu):
         RBLNEmbeddings(model=minilm, dimensions=128, **cpu)
 
 
-def test_engine_and_remote_settings_reach_get_engine(monkeypatch, minilm, minilm_embeddings):
-    calls = []
-
-    def recording_get_engine(model, **kwargs):
-        calls.append((model, kwargs))
-        return minilm_embeddings.engine
-
-    monkeypatch.setattr(rbln_retrieval.frameworks.settings, "get_engine", recording_get_engine)
-    monkeypatch.setenv("RBLN_API_KEY", "from-env")
-    RBLNEmbeddings(
-        model="served-model",
-        base_url="http://127.0.0.1:9/",
-        timeout=5,
-        max_length=128,
-        truncate="error",
-        engine_kwargs={"max_num_seqs": 8},
-        revision="v2",
-        cache_folder="/hf-cache",
-        hf_token="hf-token",
-    )
-    RBLNEmbeddings(model="served-model", base_url=["http://a", "http://b"], api_key="explicit")
-    defaults = dict(device="auto", dtype="auto", family=None, trust_remote_code=False, allow_pickle=False, attach=False)
-    assert calls == [
-        (
-            "served-model",
-            dict(
-                revision="v2",
-                cache_folder="/hf-cache",
-                token="hf-token",
-                base_url="http://127.0.0.1:9/",
-                api_key="from-env",
-                max_length=128,
-                truncate="error",
-                engine_kwargs={"max_num_seqs": 8},
-                **defaults,
-            ),
-        ),
-        (
-            "served-model",
-            dict(
-                revision=None,
-                cache_folder=None,
-                token=None,
-                base_url=["http://a", "http://b"],
-                api_key="explicit",
-                max_length=None,
-                truncate="end",
-                engine_kwargs={},
-                **defaults,
-            ),
-        ),
-    ]
-
-
 def test_api_key_is_secret(monkeypatch, minilm, cpu):
     monkeypatch.delenv("RBLN_API_KEY", raising=False)
     embeddings = RBLNEmbeddings(model=minilm, api_key="do-not-print", **cpu)

@@ -10,7 +10,6 @@ import pytest
 from llama_index.core import StorageContext, VectorStoreIndex
 from llama_index.core.base.embeddings.base import BaseEmbedding
 
-import rbln_retrieval.frameworks.settings
 from llama_index.embeddings.rbln import RBLNEmbedding
 from rbln_retrieval import get_engine
 from rbln_retrieval.models.source import DEFAULT_EMBEDDING_MODEL
@@ -176,35 +175,3 @@ def test_bad_options_raise_clear_errors(minilm, cpu, embedding, tiny_model, tmp_
         RBLNEmbedding(model_name=tmp_path / "missing", **cpu)
     with pytest.raises(ValueError, match="matryoshka"):
         RBLNEmbedding(model_name=minilm, dimensions=64, **cpu).get_text_embedding("text")
-
-
-def test_remote_options_reach_get_engine(monkeypatch):
-    """Only the pass-through: the remote client itself belongs to rbln_retrieval and is tested there."""
-    seen = {}
-
-    class Handle:
-        engine = None
-
-    def recording_get_engine(model, **kw):
-        seen.update(model=model, **kw)
-        return Handle()
-
-    monkeypatch.setattr(rbln_retrieval.frameworks.settings, "get_engine", recording_get_engine)
-    RBLNEmbedding(model_name="served-model", base_url="http://127.0.0.1:9", api_key="k", timeout=5.0, max_length=64)
-    assert seen == {
-        "model": "served-model",
-        "attach": False,
-        "revision": None,
-        "cache_folder": None,
-        "token": None,
-        "base_url": "http://127.0.0.1:9",
-        "api_key": "k",
-        "device": "auto",
-        "dtype": "auto",
-        "max_length": 64,
-        "truncate": "end",
-        "family": None,
-        "trust_remote_code": False,
-        "allow_pickle": False,
-        "engine_kwargs": {},
-    }

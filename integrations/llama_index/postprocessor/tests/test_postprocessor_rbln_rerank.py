@@ -19,7 +19,6 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
 
-import rbln_retrieval.frameworks.settings
 from llama_index.embeddings.rbln import RBLNEmbedding
 from llama_index.postprocessor.rbln_rerank import RBLNReranker
 from rbln_retrieval import get_engine
@@ -274,37 +273,3 @@ async def test_query_engine_with_reranker(minilm, cross_encoder, cpu, corpus_nod
     [(begin, finish)] = debug.get_event_pairs(CBEventType.RERANKING)
     assert begin.payload[EventPayload.TOP_K] == 3 and begin.payload[EventPayload.QUERY_STR] == query
     assert finish.payload[EventPayload.NODES] == end.nodes
-
-
-def test_remote_options_reach_get_engine(monkeypatch):
-    """Only the pass-through: the remote client itself belongs to rbln_retrieval and is tested there."""
-    monkeypatch.setenv("RBLN_API_KEY", "from-env")
-    seen = {}
-
-    class Handle:
-        engine = None
-
-    def recording_get_engine(model, **kw):
-        seen.update(model=model, **kw)
-        return Handle()
-
-    monkeypatch.setattr(rbln_retrieval.frameworks.settings, "get_engine", recording_get_engine)
-    replicas = ["http://127.0.0.1:9", "http://127.0.0.1:10"]
-    RBLNReranker(model="served-reranker", base_url=replicas, timeout=2.0, dtype="bfloat16", engine_kwargs={"a": 1})
-    assert seen == {
-        "model": "served-reranker",
-        "attach": False,
-        "revision": None,
-        "cache_folder": None,
-        "token": None,
-        "base_url": replicas,
-        "api_key": "from-env",
-        "device": "auto",
-        "dtype": "bfloat16",
-        "max_length": None,
-        "truncate": "end",
-        "family": None,
-        "trust_remote_code": False,
-        "allow_pickle": False,
-        "engine_kwargs": {"a": 1},
-    }

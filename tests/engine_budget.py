@@ -1,0 +1,112 @@
+"""The suite's budget, held by the suite: every engine start and every `rbln-retrieval serve` start of a session is
+counted, and the session fails when the count passes the limits docs/development.md states ("Engine-start budget").
+An engine start costs 10-25 s on the machines the suite runs on, and most of the suite's time is engine starts, so
+the counts are what a new test adds to the suite's time.
+
+Counted: engines started in the test process (PoolingEngine, shared or not, including restarts), engines started
+in the processes the tests start (CLI, examples, Ray workers: tests/engine_count/sitecustomize.py, put on the
+PYTHONPATH the suite's subprocesses inherit) and servers (tests/servers.py). Loaded from the root conftest.py
+(``pytest_plugins``); imports nothing of the test helpers but ``servers``."""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "development.md"
+COUNTER = Path(__file__).resolve().parent / "engine_count"
+LIMITS = re.compile(r"at most\s+\*\*(\d+) engine starts\*\*\s+and\s+\*\*(\d+) server starts\*\*")
+
+
+def stated_limits() -> tuple[int, int]:
+    """(engine starts, server starts) the docs allow one session."""
+    match = LIMITS.search(DOCS.read_text(encoding="utf-8"))
+    if match is None:
+        raise pytest.UsageError(f"{DOCS} states no engine-start budget (a line matching {LIMITS.pattern!r})")
+    return int(match[1]), int(match[2])
+
+
+class EngineBudget:
+    """Starts per test file: in the test process, in its subprocesses (one line each in ``log``), of servers."""
+
+    def __init__(self, log: Path, limits: tuple[int, int]):
+        self.log = log
+        self.limits = limits
+        self.in_process: Counter[str] = Counter()
+        self.servers: Counter[str] = Counter()
+        self.subprocesses: Counter[str] = Counter()
+
+    def read_subprocess_starts(self) -> None:
+        if self.log.exists():
+            self.subprocesses.update(self.log.read_text(encoding="utf-8").splitlines())
+            self.log.unlink()
+
+    def totals(self) -> tuple[int, int]:
+        return sum(self.in_process.values()) + sum(self.subprocesses.values()), sum(self.servers.values())
+
+    def over(self) -> bool:
+        engines, servers = self.totals()
+        return engines > self.limits[0] or servers > self.limits[1]
+
+
+BUDGET = pytest.StashKey[EngineBudget]()
+
+
+def _current_file() -> str:
+    return os.environ.get("PYTEST_CURRENT_TEST", "outside a test").split("::")[0]
+
+
+@pytest.hookimpl(trylast=True)  # after the root conftest has pinned vLLM's platform
+def pytest_configure(config: pytest.Config) -> None:
+    from servers import Server
+
+    from rbln_retrieval.local.engine import PoolingEngine
+
+    log = Path(tempfile.mkdtemp(prefix="engine-starts-")) / "subprocesses"
+    budget = config.stash[BUDGET] = EngineBudget(log, stated_limits())
+    os.environ["RBLN_TEST_ENGINE_STARTS"] = str(log)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(COUNTER), os.environ.get("PYTHONPATH")) if p)
+
+    start = PoolingEngine._start
+
+    async def counted_start(self):
+        budget.in_process[_current_file()] += 1
+        await start(self)
+
+    PoolingEngine._start = counted_start  # type: ignore[method-assign]
+    server_init = Server.__init__
+
+    def counted_server(self, *args, **kwargs):
+        budget.servers[_current_file()] += 1
+        server_init(self, *args, **kwargs)
+
+    Server.__init__ = counted_server  # type: ignore[method-assign]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    budget = session.config.stash[BUDGET]
+    budget.read_subprocess_starts()
+    if budget.over():
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    budget = config.stash[BUDGET]
+    engines, servers = budget.totals()
+    engine_limit, server_limit = budget.limits
+    terminalreporter.section("engine-start budget (docs/development.md)", red=budget.over())
+    write = terminalreporter.write_line
+    elsewhere = sum(budget.subprocesses.values())
+    write(f"engine starts: {engines} of at most {engine_limit} ({elsewhere} in processes the tests started)")
+    write(f"server starts: {servers} of at most {server_limit}")
+    engines_per_file = budget.in_process + budget.subprocesses
+    write("  engines servers  file")
+    for file in sorted(engines_per_file | budget.servers, key=lambda f: (-engines_per_file[f] - budget.servers[f], f)):
+        write(f"  {engines_per_file[file]:7d} {budget.servers[file]:7d}  {file}")
+    if budget.over():
+        write("over budget: make tests share engines (see docs/development.md) before raising the limit", red=True)
