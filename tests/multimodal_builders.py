@@ -21,9 +21,7 @@ HEADS = 1  # head_dim 32: vLLM's CPU attention rejects 16
 
 
 def _tower(**extra: Any) -> dict[str, Any]:
-    return dict(
-        hidden_size=WIDTH, intermediate_size=2 * WIDTH, num_hidden_layers=2, num_attention_heads=HEADS, **extra
-    )
+    return dict(hidden_size=WIDTH, intermediate_size=2 * WIDTH, num_hidden_layers=2, num_attention_heads=HEADS, **extra)
 
 
 def clip_tokenizer(path: Path) -> Any:
@@ -175,7 +173,7 @@ def reference_texts(path: str | Path, texts: list[str]) -> np.ndarray:
     rows = []
     with torch.no_grad():
         for text in texts:
-            kwargs = {"padding": "max_length", "max_length": SIGLIP_TEXT_LENGTH} if pad else {}
+            kwargs = {"padding": "max_length", "max_length": SIGLIP_TEXT_LENGTH, "truncation": True} if pad else {}
             ids = tokenizer(text, return_tensors="pt", **kwargs)["input_ids"]
             rows.append(_features(model.get_text_features(input_ids=ids))[0])
     return torch.nn.functional.normalize(torch.stack(rows), dim=-1).numpy()

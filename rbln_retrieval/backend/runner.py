@@ -214,8 +214,10 @@ class BundledModelRunner(CPUModelRunner):
         num_reqs = self.input_batch.num_reqs
         query_start = self.query_start_loc.cpu[: num_reqs + 1].numpy()
         real = int(query_start[-1])
-        for tensor in steps_inputs:
-            tensor[real:].zero_()  # stale inputs from earlier steps would make padding depend on history
+        # Stale inputs from earlier steps would make padding depend on history (vLLM's SigLIP even reads the
+        # positions to find where each prompt ends).
+        for tensor in [*steps_inputs, *([positions] if positions is not None else [])]:
+            tensor[real:].zero_()
         token_types = model_kwargs.get("token_type_ids")
         starts, lengths = query_start[:-1], np.diff(query_start)
         layout = self._layout

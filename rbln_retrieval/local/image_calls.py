@@ -4,7 +4,8 @@ and text queries scored against images.
 Each image is checked and decoded first (rbln_retrieval.text.images), then sent as vLLM's multimodal prompt: no text
 and one image, which vLLM's CLIP and SigLIP processors resize and normalise with the model's own image processor.
 
-Imports: models (families), results (ranking), text (images, inputs); vLLM inside the calls that build its requests.
+Imports: engines (loop), models (families), results (ranking), text (images, inputs); vLLM inside the calls that
+build its requests.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from rbln_retrieval.engines.loop import EngineLoop
 from rbln_retrieval.models.families import ModelFamily
 from rbln_retrieval.results.ranking import rank
 from rbln_retrieval.text.images import image_chunks, load_images
@@ -39,7 +41,7 @@ class ImageEmbedding:
 
     family: ModelFamily
     model: str
-    _loop: Any
+    _loop: EngineLoop
     # PoolingEngine's own steps
     _encode: Callable[..., Awaitable[Any]]
     _embed: Callable[..., Awaitable[np.ndarray]]

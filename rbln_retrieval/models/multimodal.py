@@ -4,7 +4,8 @@ multimodal checkpoints rbln-retrieval recognises but refuses, each in one senten
 vLLM 0.30 runs ``CLIPModel`` as CLIPEmbeddingModel and ``SiglipModel`` as SiglipEmbeddingModel: an image is a prompt
 with no text and one image; a text is a token prompt whose last position is pooled (CLIP: the end-of-text token of an
 unpadded prompt; SigLIP: the last position of a prompt padded to the text tower's length, as SigLIP was trained and as
-transformers' ``get_text_features`` pools it). The preset reads both towers' configs.
+transformers' ``get_text_features`` pools it; vLLM finds it by the drop in positions between prompts). The preset
+reads both towers' configs.
 
 Imports: errors.
 """
@@ -80,7 +81,8 @@ def image_text_preset(model_dir: Path, config: dict[str, Any], arch: str) -> dic
         "architecture": arch,
         "hidden_size": width,
         "max_length": max_length,
-        "pooling": "LAST",
+        # vLLM's CLIP pools the last position; its SigLIP reverses each text so that its last position comes first.
+        "pooling": "LAST" if name == "clip" else "CLS",
         "normalize": True,
         "image_size": image_size,
         "pad_text_to_max_length": name == "siglip",

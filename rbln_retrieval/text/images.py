@@ -84,7 +84,7 @@ def load_image(item: Any, index: int = 0, what: str = "images") -> Any:
 def image_chunks(images: Iterable[Any], what: str = "images") -> Iterator[tuple[int, list[Any]]]:
     """(index of the first item, the chunk's items) pairs over an iterable of images; a lone image or a str in place
     of the iterable is refused."""
-    if isinstance(images, (str, bytes, bytearray, memoryview)) or isinstance(images, os.PathLike):
+    if isinstance(images, (str, bytes, bytearray, memoryview, os.PathLike)):
         raise TypeError(f"{what} is a single {type(images).__name__}; pass a list of images.")
     if hasattr(images, "getpixel"):  # a PIL image is iterable over nothing useful
         raise TypeError(f"{what} is a single image; pass a list of images.")
