@@ -99,3 +99,21 @@ def image_chunks(images: Iterable[Any], what: str = "images") -> Iterator[tuple[
 
 def load_images(items: list[Any], *, first_index: int = 0, what: str = "images") -> list[Any]:
     return [load_image(item, first_index + i, what) for i, item in enumerate(items)]
+
+
+def framework_images(uris: Iterable[Any], what: str = "uris") -> list[Any]:
+    """The images a framework names (LangChain's ``embed_image(uris)``, LlamaIndex's image paths): there a str is a
+    file path by the framework's contract (a ``file://`` URL too), so it becomes a ``pathlib.Path``; other images
+    pass as they are."""
+    if isinstance(uris, str):
+        raise TypeError(f"{what} is a single str; pass a list of image file paths.")
+    images: list[Any] = []
+    for index, uri in enumerate(uris):
+        if isinstance(uri, str):
+            scheme, sep, rest = uri.partition("://")
+            if sep and scheme != "file":
+                raise ValueError(f"{what}[{index}] is a {scheme}:// URL; pass a local file path (nothing is fetched).")
+            images.append(Path(rest if sep else uri))
+        else:
+            images.append(uri)
+    return images
