@@ -135,6 +135,15 @@ def sample_images(count: int, *, seed: int = 0) -> list[Any]:
     ]
 
 
+def write_images(root: Path, count: int, *, seed: int = 0) -> list[str]:
+    """``count`` sample images as PNG files under ``root``; their paths as str (the frameworks' convention)."""
+    files = []
+    for i, image in enumerate(sample_images(count, seed=seed)):
+        (root / f"{i}.png").write_bytes(png_bytes(image))
+        files.append(str(root / f"{i}.png"))
+    return files
+
+
 def png_bytes(image: Any) -> bytes:
     out = io.BytesIO()
     image.save(out, format="PNG")

@@ -161,3 +161,27 @@ def test_multimodal_checkpoints_refused_by_name(arch, reason, tmp_path):
         ModelNotSupportedError, match=f"is a {arch} checkpoint, which rbln-retrieval does not run: .*{reason}"
     ):
         detect_family(tmp_path)
+
+
+@pytest.mark.parametrize("options", [{"strict_shapes": True}])
+def test_traced_targets_refuse_image_text_models_in_one_sentence(options, model_dirs):
+    """The vision tower is not a static graph yet: a traced engine (strict shapes here; the NPU target traces the
+    same way) refuses at start instead of failing inside a step."""
+    from rbln_retrieval import EngineStartError
+
+    with pytest.raises(EngineStartError, match="Image-text models run on the host target's untraced steps only"):
+        PoolingEngine(model_dirs["clip"], device="cpu", dtype="float32", **options)
+
+
+def test_cli_embeds_image_files_as_the_engine_does(tmp_path, model_dirs, engines):
+    from multimodal_builders import write_images
+    from test_cli import cli, one_error_line
+
+    files = write_images(tmp_path, 3)
+    out = tmp_path / "vectors.npy"
+    options = ["--device", "cpu", "--dtype", "float32", "--no-progress"]
+    result = cli("embed", str(model_dirs["clip"]), "--images", *files, "-o", str(out), *options)
+    assert result.returncode == 0, result.stderr
+    np.testing.assert_allclose(np.load(out), engines["clip"].embed_images([Path(f) for f in files]), atol=1e-6)
+    refused = cli("embed", str(model_dirs["clip"]), "--images", *files, "--query", *options)
+    assert one_error_line(refused) == "rbln-retrieval: error: --query applies to texts, not to --images."

@@ -94,6 +94,13 @@ class BundledModelRunner(CPUModelRunner):
             super().load_model(load_dummy_weights)
         if not self.is_pooling_model:
             raise RuntimeError("The bundled runner serves pooling models only; start the engine with runner='pooling'.")
+        if self.supports_mm_inputs and self.bundled.traced:
+            # vLLM runs the vision tower eagerly before the step, and CLIP/SigLIP merge its vectors with a
+            # data-dependent branch that no static graph holds.
+            raise RuntimeError(
+                "Image-text models run on the host target's untraced steps only; their vision tower is not compiled "
+                "as a static graph (no NPU target, no strict_shapes, no host compile backend)."
+            )
         self.heads = decompose(self.model.pooler, list(self.get_supported_pooling_tasks()))
         self.methods = sorted({head.method for head in self.heads.values()})
         self.takes_token_types = "token_type_ids" in _parameters(self.model.forward)

@@ -9,7 +9,7 @@ import chromadb
 import numpy as np
 import pytest
 from langchain_chroma import Chroma
-from multimodal_builders import build_clip, png_bytes, sample_images
+from multimodal_builders import build_clip, write_images
 
 from langchain_rbln import RBLNEmbeddings
 
@@ -24,12 +24,7 @@ def clip_embeddings(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def image_files(tmp_path_factory) -> list[str]:
-    root = tmp_path_factory.mktemp("images")
-    files = []
-    for i, image in enumerate(sample_images(6, seed=7)):
-        (root / f"{i}.png").write_bytes(png_bytes(image))
-        files.append(str(root / f"{i}.png"))
-    return files
+    return write_images(tmp_path_factory.mktemp("images"), 6, seed=7)
 
 
 def test_chroma_add_images_and_search_by_image_and_text(clip_embeddings, image_files):

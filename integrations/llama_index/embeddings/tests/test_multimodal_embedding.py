@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from llama_index.core.indices import MultiModalVectorStoreIndex
 from llama_index.core.schema import ImageNode, TextNode
-from multimodal_builders import build_clip, png_bytes, sample_images
+from multimodal_builders import build_clip, write_images
 
 from llama_index.embeddings.rbln import RBLNMultiModalEmbedding
 
@@ -25,12 +25,7 @@ def clip(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def image_files(tmp_path_factory) -> list[str]:
-    root = tmp_path_factory.mktemp("images")
-    files = []
-    for i, image in enumerate(sample_images(6, seed=11)):
-        (root / f"{i}.png").write_bytes(png_bytes(image))
-        files.append(str(root / f"{i}.png"))
-    return files
+    return write_images(tmp_path_factory.mktemp("images"), 6, seed=11)
 
 
 def test_multimodal_index_retrieves_images_by_text_and_by_image(clip, image_files):
