@@ -13,10 +13,32 @@ from pathlib import Path
 
 import httpx
 
+from rbln_retrieval.engines.protocol import DESCRIBE_PATH, QUANTIZED_EMBED_PATH
+
 SERVE = (
     "import json, sys; from rbln_retrieval.server.serve import serve; "
     "sys.exit(serve(sys.argv[1], port=int(sys.argv[2]), device='cpu', **json.loads(sys.argv[3])))"
 )
+
+
+# Every route vLLM's app answers with work or model data, and the package's own: the key guards each of them.
+GUARDED = [
+    ("POST", "/v1/embeddings"),
+    ("POST", "/pooling"),
+    ("POST", "/score"),
+    ("POST", "/v1/score"),
+    ("POST", "/rerank"),
+    ("POST", "/v1/rerank"),
+    ("POST", "/v2/rerank"),
+    ("POST", "/classify"),
+    ("POST", "/tokenize"),
+    ("POST", "/detokenize"),
+    ("POST", "/invocations"),
+    ("GET", "/v1/models"),
+    ("GET", DESCRIBE_PATH),
+    ("POST", QUANTIZED_EMBED_PATH),
+]
+PROBES = ["/health", "/ping", "/version", "/metrics"]
 
 
 def free_port() -> int:

@@ -1,5 +1,6 @@
-"""Ray Serve: two replicas of vLLM's OpenAI-compatible app behind Ray's proxy answer RemoteEngine exactly as local
-embedding does, with the API key of `rbln-retrieval serve`, and keep answering when one replica is killed."""
+"""Ray Serve: two replicas of the app `rbln-retrieval serve` builds, behind Ray's proxy, guard the same routes with
+the same key and size limit, answer RemoteEngine exactly as local embedding does, and keep answering when one
+replica is killed."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ import pytest
 import ray._private.state
 from corpus import passages
 from ray import serve
-from servers import free_port
+from servers import GUARDED, PROBES, free_port
 
+from rbln_retrieval.engines.protocol import DESCRIBE_PATH, QUANTIZED_EMBED_PATH
 from rbln_retrieval.ray.serve import pooling_app
 from rbln_retrieval.remote import RemoteAuthError, RemoteEngine
 
@@ -45,11 +47,21 @@ def proxy_url(ray_cluster, minilm):
         serve.shutdown()
 
 
-def test_same_routes_and_key_as_rbln_retrieval_serve(proxy_url, minilm):
-    assert httpx.get(proxy_url + "/health").status_code == 200
-    assert httpx.get(proxy_url + "/v1/models").status_code == 401
-    models = httpx.get(proxy_url + "/v1/models", headers={"Authorization": f"Bearer {API_KEY}"}).json()
-    assert [m["id"] for m in models["data"]] == [str(minilm)]
+def test_same_routes_key_and_limits_as_rbln_retrieval_serve(proxy_url, minilm):
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    with httpx.Client(base_url=proxy_url, timeout=120) as client:
+        for path in PROBES:
+            assert client.get(path).status_code == 200, path
+        for method, path in GUARDED:
+            assert client.request(method, path, json={}).status_code == 401, (method, path)
+        models = client.get("/v1/models", headers=headers).json()
+        assert [m["id"] for m in models["data"]] == [str(minilm)]
+        assert client.get(DESCRIBE_PATH, headers=headers).json()["model"] == str(minilm)
+        body = {"model": str(minilm), "input": ["x"], "precision": "binary"}
+        quantized = client.post(QUANTIZED_EMBED_PATH, json=body, headers=headers)
+        assert quantized.status_code == 200, quantized.text
+        too_big = client.post("/v1/embeddings", json={"input": ["x" * 3_000_000]}, headers=headers)
+        assert too_big.status_code == 413, too_big.text
     with RemoteEngine(minilm, base_url=proxy_url, api_key="wrong") as remote, pytest.raises(RemoteAuthError):
         remote.embed(["x"])
 

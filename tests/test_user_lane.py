@@ -26,12 +26,14 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import psutil
 import pytest
 from model_builders import HUB_MINILM, hub_cache_snapshot
 from npu import STANDIN
-from servers import Server
+from servers import GUARDED, PROBES, Server
 
-from rbln_retrieval.engines.protocol import DESCRIBE_PATH, QUANTIZED_EMBED_PATH
+from rbln_retrieval.engines.protocol import DESCRIBE_PATH
+from rbln_retrieval.server.serve import ENGINE_DIED
 
 pytestmark = pytest.mark.server
 
@@ -40,24 +42,6 @@ NPU_HOST = Path(__file__).resolve().parent / "npu_host"
 RERANKER = "BAAI/bge-reranker-base"
 KEY = "user-lane-key-5c2a"
 HEADERS = {"Authorization": f"Bearer {KEY}"}
-# Every route vLLM's app answers with work or model data, and the package's own: the key guards each of them.
-GUARDED = [
-    ("POST", "/v1/embeddings"),
-    ("POST", "/pooling"),
-    ("POST", "/score"),
-    ("POST", "/v1/score"),
-    ("POST", "/rerank"),
-    ("POST", "/v1/rerank"),
-    ("POST", "/v2/rerank"),
-    ("POST", "/classify"),
-    ("POST", "/tokenize"),
-    ("POST", "/detokenize"),
-    ("POST", "/invocations"),
-    ("GET", "/v1/models"),
-    ("GET", DESCRIBE_PATH),
-    ("POST", QUANTIZED_EMBED_PATH),
-]
-PROBES = ["/health", "/ping", "/version", "/metrics"]
 
 # The README's LangChain and LlamaIndex blocks with the classes' defaults (no model named), in one program. It prints
 # the best retrieved text (the embedding model's ranking) and how many results the reranker kept (the test's
@@ -131,7 +115,8 @@ def installed(tmp_path_factory, minilm, tiny_models) -> Iterator[Setup]:
         setup.server.wait_ready()
         yield setup
     finally:
-        setup.server.stop()
+        stopped = setup.server.stop()
+    assert stopped == 0, f"serve exited with {stopped} on SIGTERM; a requested stop is 0"
 
 
 def check_server(server: Server, dimension: int) -> np.ndarray:
@@ -205,6 +190,11 @@ def test_an_npu_host_runs_this_packages_backend_never_vllm_rbln(tmp_path, tiny_m
         frameworks = run([sys.executable, "-c", FRAMEWORKS], setup.env, home)
         assert frameworks.returncode == 0, frameworks.stderr[-3000:]
         assert frameworks.stdout.count(" | 1") == 2, frameworks.stdout
+        # A supervisor (systemd's Restart=on-failure, Kubernetes) restarts a server only on a non-zero exit.
+        server = psutil.Process(setup.server.process.pid)
+        (core,) = [p for p in server.children(recursive=True) if p.name() == "VLLM::EngineCore"]
+        core.kill()
+        assert setup.server.process.wait(timeout=300) == ENGINE_DIED
     finally:
         setup.server.stop()
     log = (tmp_path / "serve.log").read_text()

@@ -41,8 +41,11 @@ async def start_vllm(
 
     # vLLM's processes started inside `activated` inherit the target; a stock engine's get the plugin off.
     # An in-process engine uses this process's vLLM platform: the bundled one, if vLLM's CPU platform is active.
+    # Claiming first also resolves the platform under this package's plugin scope when nothing in the process has
+    # imported vLLM yet, which a bare `import vllm` would do under every installed plugin (vllm-rbln's included).
+    claimed = backend.claim_platform()
     in_process = options.in_process
-    if in_process and not backend.claim_platform() and target is not None:
+    if in_process and not claimed and target is not None:
         logger.warning(
             "vLLM runs on another vendor's platform in this process; the bundled runner for %s runs in "
             "vLLM's engine processes instead (in_process=False).",

@@ -192,7 +192,9 @@ async def _run_server(args: argparse.Namespace, description: dict[str, Any], lim
         async with build_async_engine_client(args) as engine:
             app = await build_pooling_app(engine, args, description=description, limits=limits)
             shutdown = await serve_http(app, sock=sock, **_uvicorn_options(args))
-            died = engine.errored
+            # After SIGTERM or Ctrl-C vLLM stops the engine itself (so it reads as errored too) and hands back
+            # uvicorn's Server.shutdown; after its watchdog saw the engine die it hands back a no-op coroutine.
+            died = engine.errored and not _after_a_signal(shutdown)
         await shutdown
     finally:
         sock.close()
@@ -200,6 +202,11 @@ async def _run_server(args: argparse.Namespace, description: dict[str, Any], lim
         logger.error("The engine died; the server stopped and exits with status %d.", ENGINE_DIED)
         return ENGINE_DIED
     return 0
+
+
+def _after_a_signal(shutdown: Any) -> bool:
+    """Whether vLLM's serve_http returned because SIGTERM or SIGINT asked it to stop."""
+    return getattr(shutdown, "__qualname__", "").endswith("Server.shutdown")
 
 
 def _interrupt_start(*_: Any) -> NoReturn:

