@@ -185,3 +185,16 @@ def test_cli_embeds_image_files_as_the_engine_does(tmp_path, model_dirs, engines
     np.testing.assert_allclose(np.load(out), engines["clip"].embed_images([Path(f) for f in files]), atol=1e-6)
     refused = cli("embed", str(model_dirs["clip"]), "--images", *files, "--query", *options)
     assert one_error_line(refused) == "rbln-retrieval: error: --query applies to texts, not to --images."
+
+
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+async def test_texts_and_images_in_one_step_equal_their_own_calls(name, engines):
+    """Concurrent calls share vLLM's steps: a step holding both image and text prompts gives each its own vector."""
+    import asyncio
+
+    engine = engines[name]
+    images = sample_images(5, seed=5)
+    alone_texts, alone_images = engine.embed(TEXTS), engine.embed_images(images)
+    texts_vectors, image_vectors = await asyncio.gather(engine.aembed(TEXTS), engine.aembed_images(images))
+    np.testing.assert_allclose(texts_vectors, alone_texts, atol=1e-6)
+    np.testing.assert_allclose(image_vectors, alone_images, atol=1e-6)
