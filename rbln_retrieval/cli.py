@@ -3,6 +3,7 @@
     rbln-retrieval doctor
     rbln-retrieval embed MODEL [FILE ...|-] [-o vectors.npy] [--query] [--instruction TEXT] [--dimensions N]
         [--precision int8|uint8|binary|ubinary [--ranges R.npy | --calibration C.npy]]
+    rbln-retrieval embed MODEL --images IMAGE ... [-o vectors.npy]     (image-text models: CLIP, SigLIP)
     rbln-retrieval rerank MODEL --query TEXT [FILE ...|-] [--top-n N]
     rbln-retrieval serve MODEL [--host H] [--port P] [--api-key KEY] [--max-concurrent-requests N]
         [--max-queued-tokens N] [--max-payload-bytes N] [-- VLLM_OPTION ...]
@@ -98,6 +99,9 @@ def _parser() -> tuple[_Parser, dict[str, _Parser]]:
         "--calibration", type=Path, help="int8/uint8: a .npy of float vectors (n, dim) to take ranges of"
     )
     embed.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    embed.add_argument(
+        "--images", action="store_true", help="FILEs are images, one each, for an image-text model (CLIP, SigLIP)"
+    )
     embed.set_defaults(run=_embed)
 
     rerank = commands.add_parser("rerank", help="rank texts by relevance to a query")
@@ -262,9 +266,14 @@ def _is_json_object(line: str) -> bool:
 def _embed(args: argparse.Namespace) -> int:
     import numpy as np
 
-    texts = read_texts(args.files, args.format)
+    texts = [] if args.images else read_texts(args.files, args.format)
     if args.output is not None and not args.output.parent.is_dir():
         raise FileNotFoundError(f"{args.output.parent} does not exist; cannot write {args.output}.")
+    if args.images:
+        images = _image_files(args)
+        with _engine(args) as engine:
+            vectors = engine.embed_images(images, show_progress=not args.no_progress)
+        return _write_vectors(args.output, vectors)
     # Refused here, before the engine starts, rather than by embed after 10-25 s of startup.
     if args.precision.endswith("int8") and (args.ranges is None) == (args.calibration is None):
         raise ValueError(f"--precision {args.precision} needs either --ranges or --calibration (a .npy file).")
@@ -283,10 +292,32 @@ def _embed(args: argparse.Namespace) -> int:
             ranges=ranges,
             calibration_embeddings=calibration,
         )
-    if args.output is not None and args.output.suffix == ".npy":
-        np.save(args.output, vectors)
+    return _write_vectors(args.output, vectors)
+
+
+def _image_files(args: argparse.Namespace) -> list[Path]:
+    """--images: the FILE arguments as image paths (stdin holds no image), refused before the engine starts when
+    an option for texts is given too."""
+    text_options = {
+        "--query": args.query,
+        "--instruction": args.instruction is not None,
+        "--dimensions": args.dimensions is not None,
+        "--precision": args.precision != "float32",
+    }
+    if given := [name for name, set_ in text_options.items() if set_]:
+        raise ValueError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to texts, not to --images.")
+    if not args.files or "-" in args.files:
+        raise ValueError("--images takes image files as arguments (not stdin).")
+    return [Path(name) for name in args.files]
+
+
+def _write_vectors(output: Path | None, vectors: Any) -> int:
+    import numpy as np
+
+    if output is not None and output.suffix == ".npy":
+        np.save(output, vectors)
         return 0
-    out = args.output.open("w", encoding="utf-8") if args.output is not None else sys.stdout
+    out = output.open("w", encoding="utf-8") if output is not None else sys.stdout
     try:
         for index, row in enumerate(vectors):
             out.write(json.dumps({"index": index, "embedding": row.tolist()}) + "\n")

@@ -94,6 +94,13 @@ class BundledModelRunner(CPUModelRunner):
             super().load_model(load_dummy_weights)
         if not self.is_pooling_model:
             raise RuntimeError("The bundled runner serves pooling models only; start the engine with runner='pooling'.")
+        if self.supports_mm_inputs and self.bundled.traced:
+            # vLLM runs the vision tower eagerly before the step, and CLIP/SigLIP merge its vectors with a
+            # data-dependent branch that no static graph holds.
+            raise RuntimeError(
+                "Image-text models run on the host target's untraced steps only; their vision tower is not compiled "
+                "as a static graph (no NPU target, no strict_shapes, no host compile backend)."
+            )
         self.heads = decompose(self.model.pooler, list(self.get_supported_pooling_tasks()))
         self.methods = sorted({head.method for head in self.heads.values()})
         self.takes_token_types = "token_type_ids" in _parameters(self.model.forward)
@@ -130,18 +137,19 @@ class BundledModelRunner(CPUModelRunner):
 
     def _forward_and_pool(
         self,
-        input_ids: torch.Tensor,
+        input_ids: torch.Tensor | None,
         positions: torch.Tensor,
         weights: dict[str, torch.Tensor],
         token_type_ids: torch.Tensor | None,
+        inputs_embeds: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, tuple[torch.Tensor, torch.Tensor]]]:
         extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
-        if self.static:
+        if self.static and input_ids is not None:
             # vLLM's BERT folds token types into input_ids and strips them again, both in place: on a copy, the
             # graph never writes into its own input.
             input_ids = input_ids.clone()
         hidden = self.model(
-            input_ids=input_ids, positions=positions, intermediate_tensors=None, inputs_embeds=None, **extra
+            input_ids=input_ids, positions=positions, intermediate_tensors=None, inputs_embeds=inputs_embeds, **extra
         )
         rows = hidden.float()
         pooled = {task: head.in_graph(weights[head.method] @ rows) for task, head in self.heads.items()}
@@ -200,16 +208,23 @@ class BundledModelRunner(CPUModelRunner):
         inputs_embeds: torch.Tensor | None = None,
         **model_kwargs: Any,
     ) -> torch.Tensor:
-        if input_ids is None or inputs_embeds is not None or intermediate_tensors is not None:
+        # Multimodal models (CLIP, SigLIP) take every step as embeddings: vLLM's runner has put the vision tower's
+        # vectors and the text tokens' embeddings into inputs_embeds before the graph.
+        embeds_refused = inputs_embeds is not None and not self.supports_mm_inputs
+        if intermediate_tensors is not None or embeds_refused or (input_ids is None and inputs_embeds is None):
             raise NotImplementedError("The bundled runner takes token ids only (no prompt embeddings, no pipeline).")
         unknown = set(model_kwargs) - {"token_type_ids"}
         if unknown:
             raise NotImplementedError(f"The bundled runner does not pass model inputs {sorted(unknown)}.")
-        bucket = input_ids.shape[0]
+        steps_inputs = [t for t in (input_ids, inputs_embeds) if t is not None]
+        bucket = steps_inputs[0].shape[0]
         num_reqs = self.input_batch.num_reqs
         query_start = self.query_start_loc.cpu[: num_reqs + 1].numpy()
         real = int(query_start[-1])
-        input_ids[real:].zero_()  # stale ids from earlier steps would make padding depend on history
+        # Stale inputs from earlier steps would make padding depend on history (vLLM's SigLIP even reads the
+        # positions to find where each prompt ends).
+        for tensor in [*steps_inputs, *([positions] if positions is not None else [])]:
+            tensor[real:].zero_()
         token_types = model_kwargs.get("token_type_ids")
         starts, lengths = query_start[:-1], np.diff(query_start)
         layout = self._layout
@@ -217,7 +232,8 @@ class BundledModelRunner(CPUModelRunner):
             # Into row order, on the host: the graph takes its shape's slots; index inputs are int32 (the NPU's).
             source = torch.from_numpy(layout.source)
             padding = torch.from_numpy(layout.seq_ids.reshape(-1) < 0)
-            input_ids = input_ids[source]
+            input_ids = None if input_ids is None else input_ids[source]
+            inputs_embeds = None if inputs_embeds is None else inputs_embeds[source]
             positions = positions[source].masked_fill(padding, 0).to(torch.int32)
             token_types = None if token_types is None else token_types[source]
             starts, lengths = layout.starts, layout.lengths
@@ -228,10 +244,10 @@ class BundledModelRunner(CPUModelRunner):
             self.compile_backend.current_bucket = bucket if layout is None else _label(layout.shape)
         if layout is not None and layout.shape not in self.graph_costs:
             self.graph_costs[layout.shape] = count_flops(
-                self._forward_and_pool, input_ids, positions, weights, token_types
+                self._forward_and_pool, input_ids, positions, weights, token_types, inputs_embeds
             )
         with strict_errors():
-            hidden, self._pooled = self._graph(input_ids, positions, weights, token_types)
+            hidden, self._pooled = self._graph(input_ids, positions, weights, token_types, inputs_embeds)
         if layout is None:
             self.counters.record(bucket, real, bucket)
         else:

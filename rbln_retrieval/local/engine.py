@@ -22,6 +22,7 @@ from rbln_retrieval.engines.options import EngineOptions
 from rbln_retrieval.engines.shared import EngineHandle, EngineSpec, close_all, close_at_exit
 from rbln_retrieval.local.device import resolve_device
 from rbln_retrieval.local.engine_args import resolve_dtype
+from rbln_retrieval.local.image_calls import ImageEmbedding
 from rbln_retrieval.local.vllm_calls import encode, start_vllm
 from rbln_retrieval.models.families import ModelFamily, check_remote_code, detect_family
 from rbln_retrieval.models.files import check_weights
@@ -49,8 +50,9 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class PoolingEngine:
-    """One vLLM pooling engine for one model: ``embed``, ``score`` and ``rerank``, sync and async.
+class PoolingEngine(ImageEmbedding):
+    """One vLLM pooling engine for one model: ``embed``, ``score`` and ``rerank``, sync and async; for image-text
+    models (CLIP, SigLIP) also ``embed_images``, ``score_images`` and ``rerank_images`` (local/image_calls.py).
 
     ``model`` is a local directory or a Hugging Face id (``"org/name"`` or ``"org/name@revision"``) resolved
     through huggingface_hub's cache with ``revision``, ``cache_folder``, ``token`` and ``local_files_only``.

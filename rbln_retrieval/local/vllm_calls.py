@@ -95,25 +95,27 @@ async def start_vllm(
 
 
 async def encode(
-    engine: Any, model: str, tokens: list[Tokens], params: Any, bar: tqdm | None, *, stack: bool = True
+    engine: Any, model: str, tokens: list[Any], params: Any, bar: tqdm | None, *, stack: bool = True
 ) -> Any:
     """Submit every prompt at once (the scheduler batches them) and return outputs in input order, one row
     each, as one array (a chunk of rows costs one allocation, not one tensor per row), or as a list of
-    arrays with ``stack=False`` (token-level outputs differ in length)."""
+    arrays with ``stack=False`` (token-level outputs differ in length). An item that is not ``Tokens`` is a
+    prompt vLLM takes as it is (an image's, local/image_calls.py)."""
     from vllm.inputs import TokensPrompt
     from vllm.v1.engine.exceptions import EngineDeadError as VLLMEngineDeadError
 
     batch = uuid.uuid4().hex
 
-    async def one(index: int, item: Tokens) -> np.ndarray:
+    async def one(index: int, item: Any) -> np.ndarray:
         request_params = params
-        if item.type_ids is not None:
+        prompt = TokensPrompt(prompt_token_ids=item.ids) if isinstance(item, Tokens) else item
+        if isinstance(item, Tokens) and item.type_ids is not None:
             from vllm.entrypoints.pooling.scoring.utils import compress_token_type_ids
 
             request_params = params.clone()
             request_params.extra_kwargs = {"compressed_token_type_ids": compress_token_type_ids(item.type_ids)}
         final: Any = None
-        async for output in engine.encode(TokensPrompt(prompt_token_ids=item.ids), request_params, f"{batch}-{index}"):
+        async for output in engine.encode(prompt, request_params, f"{batch}-{index}"):
             final = output
         if bar is not None:
             bar.update(1)

@@ -4,7 +4,7 @@ The one table of retrieval presets. Everything is read from the directory (``con
 sentence-transformers files ``modules.json``, ``1_Pooling/config.json``, ``config_sentence_transformers.json``,
 ``sentence_bert_config.json``); the model's own prompts and pooling win over our defaults.
 
-Imports: errors, models (files, family_prompts, splade).
+Imports: errors, models (files, family_prompts, multimodal, splade).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from rbln_retrieval.models.files import (
     sentence_transformers_modules,
     st_pooling,
 )
+from rbln_retrieval.models.multimodal import IMAGE_TEXT_ARCHS, check_max_length, image_text_preset, refusal
 from rbln_retrieval.models.splade import SPLADE_ARCHS, SPLADE_OVERRIDES, check_splade, is_masked_lm
 
 logger = logging.getLogger(__name__)
@@ -40,6 +41,8 @@ FamilyName = Literal[
     "embeddinggemma",
     "colbert",
     "splade",
+    "clip",
+    "siglip",
 ]
 
 # vLLM turns the causal LM's vocabulary head into one row, logit(yes) - logit(no); sigmoid of it is P(yes).
@@ -99,6 +102,8 @@ class ModelFamily:
     kv_bytes_per_token: int = 0  # causal models only: KV cache per token at fp32, for sizing the cache
     hf_overrides: dict[str, Any] = field(default_factory=dict)
     config_code: str | None = None  # auto_map reference of a config class shipped as code (needs trust_remote_code)
+    image_size: int = 0  # image-text models (models/multimodal.py): the vision tower's square input; 0: texts only
+    pad_text_to_max_length: bool = False  # SigLIP pools the last position of a text padded to max_length
 
     def __post_init__(self) -> None:
         # A family rebuilt from a server's JSON description gets a list; equal families must compare equal.
@@ -116,6 +121,11 @@ class ModelFamily:
     def gives_dense(self) -> bool:
         """Whether it has a pooled dense vector: ColBERT gives token vectors only, SPLADE one sparse vector."""
         return self.name not in ("colbert", "splade")
+
+    @property
+    def embeds_images(self) -> bool:
+        """Images and texts embed into one space (CLIP, SigLIP)."""
+        return self.image_size > 0
 
     @property
     def late_interaction_only(self) -> bool:
@@ -161,6 +171,12 @@ def detect_family(model_dir: str | Path, *, max_length: int | None = None, famil
         raise ModelNotSupportedError(f"{model_dir} has no config.json; is it a Hugging Face model directory?")
     architectures = config.get("architectures") or []
     arch = architectures[0] if architectures else ""
+    if refused := refusal(model_dir, arch):
+        raise refused
+    if arch in IMAGE_TEXT_ARCHS:
+        preset = image_text_preset(model_dir, config, arch)
+        preset["max_length"] = check_max_length(model_dir, preset["max_length"], max_length)
+        return ModelFamily(**preset)
     modules = sentence_transformers_modules(model_dir)
     st_config = read_json(model_dir / "config_sentence_transformers.json")
     prompts: dict[str, str] = (st_config or {}).get("prompts") or {} if isinstance(st_config, dict) else {}
@@ -326,6 +342,7 @@ def _family_name(arch: str, pooling: Pooling | None, model_dir: Path) -> FamilyN
         | _EMBEDDINGGEMMA_ARCHS
         | _COLBERT_ARCHS
         | SPLADE_ARCHS
+        | set(IMAGE_TEXT_ARCHS)
     )
     raise ModelNotSupportedError(
         f"{model_dir} has architecture {arch or 'none'!r}, which rbln-retrieval does not support "

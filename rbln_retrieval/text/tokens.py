@@ -70,7 +70,7 @@ class PromptTokenizer:
             for pos, row in enumerate(ids):
                 if len(row) > self.max_length:
                     self._raise_too_long(first_index + pos, len(row))
-            return [Tokens(i) for i in ids]
+            return self._text_tokens(ids)
         windows = [self._window(text, truncate) for text in texts]
         if truncate == "end":
             ids = hf([prefix + w for w, _ in windows], truncation=True, max_length=self.max_length)["input_ids"]
@@ -86,6 +86,12 @@ class PromptTokenizer:
                 ]
             if len(row) > self.max_length:  # truncate="start"
                 ids[pos] = self._keep_end(hf, prefix, window)
+        return self._text_tokens(ids)
+
+    def _text_tokens(self, ids: list[list[int]]) -> list[Tokens]:
+        if self.family.pad_text_to_max_length:  # SigLIP pools the last position of a text padded to its length
+            pad = self.hf.pad_token_id
+            return [Tokens(row + [pad] * (self.max_length - len(row))) for row in ids]
         return [Tokens(i) for i in ids]
 
     def _window(self, text: str, truncate: str) -> tuple[str, bool]:

@@ -12,6 +12,7 @@ from tqdm.auto import tqdm
 from langchain_rbln._engine import RBLNEngineModel, batches
 from rbln_retrieval import ModelFamily
 from rbln_retrieval.models.source import DEFAULT_EMBEDDING_MODEL
+from rbln_retrieval.text.images import framework_images
 from rbln_retrieval.text.inputs import check_dimensions, check_texts
 from rbln_retrieval.text.prompts import embed_prefix
 
@@ -152,6 +153,30 @@ class RBLNEmbeddings(RBLNEngineModel, Embeddings):
     async def aembed_query(self, text: str) -> list[float]:
         """Async `embed_query`."""
         return (await self.engine.aembed([_check_text(text)], **self._options("query")))[0].tolist()
+
+    def embed_image(self, uris: list[str]) -> list[list[float]]:
+        """Embed image files (paths; the convention Chroma's `add_images` and `similarity_search_by_image` call) with
+        an image-text model (CLIP, SigLIP), in the space of `embed_query`; one list of floats per image, in order."""
+        images = self._images(uris)
+        vectors: list[list[float]] = []
+        with self._progress(len(images)) as bar:
+            for batch in batches(images, self.batch_size):
+                vectors.extend(self.engine.embed_images(batch, normalize=self.normalize).tolist())
+                bar.update(len(batch))
+        return vectors
+
+    async def aembed_image(self, uris: list[str]) -> list[list[float]]:
+        """Async `embed_image`."""
+        images = self._images(uris)
+        vectors: list[list[float]] = []
+        for batch in batches(images, self.batch_size):
+            vectors.extend((await self.engine.aembed_images(batch, normalize=self.normalize)).tolist())
+        return vectors
+
+    def _images(self, uris: list[str]) -> list[Any]:
+        if self.precision != "float32":
+            raise ValueError(f"precision={self.precision!r} applies to texts; images embed as float32 only.")
+        return framework_images(uris)
 
     def _options(self, kind: Literal["document", "query"]) -> dict[str, Any]:
         return {
