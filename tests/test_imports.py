@@ -21,6 +21,7 @@ PUBLIC = {
         "ModelNotFoundError",
         "ModelNotSupportedError",
         "ModelSource",
+        "NonFiniteResultError",
         "PoolingEngine",
         "RBLNRetrievalError",
         "RetrievalEngine",
@@ -31,9 +32,9 @@ PUBLIC = {
         "rank",
         "resolve_model",
     ],
-    "rbln_retrieval.ray": ["embed_dataset", "engine_resources", "score_dataset"],
+    "rbln_retrieval.ray": ["BatchFailedError", "embed_dataset", "engine_resources", "score_dataset"],
     "langchain_rbln": ["RBLNEmbeddings", "RBLNReranker", "RBLNSparseEmbeddings", "__version__"],
-    "llama_index.embeddings.rbln": ["RBLNEmbedding", "RBLNSparseEmbedding"],
+    "llama_index.embeddings.rbln": ["RBLNEmbedding", "RBLNMultiModalEmbedding", "RBLNSparseEmbedding"],
     "llama_index.postprocessor.rbln_rerank": ["RBLNReranker"],
 }
 
