@@ -11,7 +11,7 @@ import time
 import traceback
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 import numpy as np
 import pytest
@@ -19,7 +19,45 @@ import pytest
 Mode = Literal["500", "garbage", "wrong-shape", "sleep", "echo-headers", "busy"]
 
 
-class FakeServer:
+class _Replying(BaseHTTPRequestHandler):
+    """A quiet handler that answers with a JSON body (headers with an empty value are left out)."""
+
+    def reply(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+        try:
+            self.send_response(status)
+            for name, value in (headers or {}).items():
+                if value:
+                    self.send_header(name, value)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout): expected
+            pass
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class _Loopback:
+    """A threading HTTP server on a free loopback port, serving while the ``with`` block runs."""
+
+    def _listen(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+class FakeServer(_Loopback):
     """Answers every POST with ``mode``: HTTP 500, a 200 that is not JSON, JSON without the fields a pooling
     server sends, a reply after ``delay`` seconds, or a 400 whose body echoes the request headers (as a careless
     proxy might), or (busy) HTTP 429 with ``Retry-After: retry_after`` ("": none) for the first ``busy_posts``
@@ -32,7 +70,7 @@ class FakeServer:
         self.bodies: list[Any] = []  # each POST's JSON body
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(_Replying):
             def do_GET(self) -> None:  # /v1/models: unknown here, so the client uses its own model name
                 self._reply(404, b'{"error": "not found"}')
 
@@ -56,32 +94,9 @@ class FakeServer:
                     self._reply(200, b'{"data": []}')
 
             def _reply(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
-                try:
-                    self.send_response(status)
-                    for name, value in (headers or {}).items():
-                        self.send_header(name, value)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
-                except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout): expected
-                    pass
+                self.reply(status, body, headers)
 
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
-
-    def __enter__(self) -> FakeServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        self._listen(Handler)
 
     def gaps(self) -> list[float]:
         """Seconds between consecutive POSTs (the client's backoff)."""
@@ -128,7 +143,7 @@ def vector_of(text: str) -> list[float]:
     return [float(len(data)), float(sum(data) % 97), float(data.count(b" ")), 1.0]
 
 
-class FakeModelServer:
+class FakeModelServer(_Loopback):
     """A pooling server on loopback without a model, for fast client tests: GET DESCRIBE_PATH answers
     ``description`` (after ``describe_failures`` HTTP 502s, as a proxy in front of a restarting replica answers),
     POST /v1/embeddings answers vector_of(text) per input as base64 float32 (``nan_at``: those inputs get NaN),
@@ -158,7 +173,7 @@ class FakeModelServer:
         self.hold.set()
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(_Replying):
             def do_GET(self) -> None:
                 if self.path == "/v1/models" and server.description is not None:
                     return self._reply(200, {"data": [{"id": server.description["model"]}]})
@@ -192,35 +207,14 @@ class FakeModelServer:
                 self._reply(200, {"data": [{"index": i, "score": s} for i, s in enumerate(scores)], **named})
 
             def _reply(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
-                raw = json.dumps(payload).encode()  # NaN travels as JSON's NaN token, as Python writes it
-                try:
-                    self.send_response(status)
-                    for name, value in (headers or {}).items():
-                        if value:
-                            self.send_header(name, value)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(raw)))
-                    self.end_headers()
-                    self.wfile.write(raw)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
+                # NaN travels as JSON's NaN token, as Python writes it.
+                self.reply(status, json.dumps(payload).encode(), headers)
 
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
-
-    def __enter__(self) -> FakeModelServer:
-        self._thread.start()
-        return self
+        self._listen(Handler)
 
     def __exit__(self, *exc_info: object) -> None:
-        self.hold.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        self.hold.set()  # a held answer would keep the server's shutdown waiting
+        super().__exit__(*exc_info)
 
     def inputs(self) -> list[str]:
         """Every input the POSTs carried, in the order they arrived."""
