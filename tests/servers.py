@@ -106,9 +106,10 @@ class Server:
         raise TimeoutError(f"server on {self.url} not ready after {timeout} s")
 
     @contextmanager
-    def stalled(self) -> Iterator[None]:
+    def stalled(self, resume: bool = True) -> Iterator[None]:
         """The engine stopped (SIGSTOP to every process under the API server: engine core and workers) and
-        continued on exit: requests the server admits meanwhile hold their slots until then, deterministically."""
+        continued on exit (unless ``resume`` is false: a server killed inside stays dead): requests the server
+        admits meanwhile hold their slots until then, deterministically."""
         engine = psutil.Process(self.process.pid).children(recursive=True)
         assert engine, "the server has no engine-core process"
         for process in engine:
@@ -116,7 +117,7 @@ class Server:
         try:
             yield
         finally:
-            for process in engine:
+            for process in engine if resume else ():
                 process.resume()
 
     def kill(self) -> None:

@@ -61,9 +61,9 @@ def test_two_actors_embed_every_row_once_on_their_own_npu(ray_cluster, minilm, r
     out = embed_dataset(ray.data.from_items(rows), str(minilm), **POOL, **ENGINE).take_all()
     check_exactly_once(out, local)
     assert all(set(r) == {"id", "text", "embedding"} for r in out)
-    # Each actor prints which NPU Ray gave it (the log monitor forwards worker output within a second or so).
+    # Each actor prints which NPU Ray gave it (the log monitor forwards worker output with some delay).
     seen: set[str] = set()
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 300  # a failure bound: the wait ends once both actors' lines are seen
     while len(seen) < 2 and time.monotonic() < deadline:
         seen |= set(re.findall(r"embedding actor: RBLN_DEVICES=(\S+)", capfd.readouterr().out))
         time.sleep(0.5)
@@ -209,14 +209,18 @@ def test_a_batch_that_kills_its_actor_every_time_fails_the_job_naming_its_rows(r
     texts = [{"id": 100 + i, "text": f"row {i} " + "retrieval " * 300} for i in range(400)]
     rows = ray.data.from_items(texts, override_num_blocks=1)
     pool = {**POOL, "actors": 1, "batch_size": 400}
+
+    def counters() -> list[dict]:
+        return [a for a in ray._private.state.actors().values() if "_BatchAttempts" in a["ActorClassName"]]
+
+    earlier = {a["ActorID"] for a in counters()}  # other jobs' counters: only this job's is watched
     dataset = embed_dataset(rows, str(minilm), **pool, max_batch_attempts=2, **ENGINE)
     done, kills = threading.Event(), []
 
     def kill_every_attempt() -> None:
         seen = 0
         while not done.is_set():
-            counters = [a for a in ray._private.state.actors().values() if "_BatchAttempts" in a["ActorClassName"]]
-            alive = [a for a in counters if a["State"] == "ALIVE"]
+            alive = [a for a in counters() if a["State"] == "ALIVE" and a["ActorID"] not in earlier]
             attempts = (
                 max(ray.get(ray.get_actor(alive[0]["Name"]).pending.remote()).values(), default=0) if alive else 0
             )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -199,16 +198,31 @@ def test_framework_classes_in_remote_mode_equal_local(servers, minilm, minilm_en
     assert sorted(n.score for n in ranked) == pytest.approx(sorted(local_scores), abs=1e-5)
 
 
-def test_a_replica_killed_mid_ingest_loses_nothing(servers, minilm, minilm_engine):
+def test_a_replica_killed_mid_ingest_loses_nothing(servers, minilm, minilm_engine, monkeypatch):
+    """Replica b's engine is stopped before the ingest, so the first batch the client sends it stays in flight; b is
+    killed only once that has happened: the lost batch is always one the client is waiting for."""
+    import httpx
+
     texts = (passages(min_words=3) * 2)[:2000]
     expected = minilm_engine.embed(texts)
+    victim = servers["minilm-b"]
+    sent_to_victim = threading.Event()
+    send = httpx.AsyncClient.send
+
+    async def recorded(self, request, *args, **kwargs):
+        if request.url.port == victim.port and request.url.path.endswith("/embeddings"):
+            sent_to_victim.set()
+        return await send(self, request, *args, **kwargs)
+
+    monkeypatch.setattr(httpx.AsyncClient, "send", recorded)
     result = {}
-    with _remote(minilm, servers["minilm-a"].url, servers["minilm-b"].url, batch_size=16) as remote:
+    with _remote(minilm, servers["minilm-a"].url, victim.url, batch_size=16, timeout=900) as remote:
         worker = threading.Thread(target=lambda: result.setdefault("vectors", remote.embed(texts)))
-        worker.start()
-        time.sleep(3)
-        servers["minilm-b"].kill()
-        worker.join(timeout=600)
+        with victim.stalled(resume=False):
+            worker.start()
+            assert sent_to_victim.wait(timeout=900), "the client never sent a batch to replica b"
+            victim.kill()
+        worker.join(timeout=900)
     assert not worker.is_alive()
     vectors = result["vectors"]
     assert vectors.shape == expected.shape

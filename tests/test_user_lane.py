@@ -97,8 +97,17 @@ def user_home(root: Path, models: dict[str, Path]) -> Path:
 
 class Setup:
     def __init__(self, home: Path, npu_host: bool, log: Path):
-        self.home, self.env = home, user_env(home, npu_host=npu_host)
-        self.server = Server(HUB_MINILM, log, user_env={**self.env, "RBLN_API_KEY": KEY})
+        self.home, self.env, self.log = home, user_env(home, npu_host=npu_host), log
+        self.server: Server | None = None
+
+    def serve(self) -> Server:
+        """The README's serve command, started now and ready (the key from RBLN_API_KEY)."""
+        self.server = Server(HUB_MINILM, self.log, user_env={**self.env, "RBLN_API_KEY": KEY})
+        self.server.wait_ready()
+        return self.server
+
+    def stop(self) -> int | None:
+        return self.server.stop() if self.server is not None else None
 
     def cli(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
         return run(["rbln-retrieval", *args], self.env, self.home, stdin)
@@ -112,10 +121,10 @@ def installed(tmp_path_factory, minilm, tiny_models) -> Iterator[Setup]:
     home = user_home(root / "home", {HUB_MINILM: minilm, RERANKER: tiny_models["bert-cross-encoder"]})
     setup = Setup(home, npu_host=False, log=root / "serve.log")
     try:
-        setup.server.wait_ready()
+        setup.serve()
         yield setup
     finally:
-        stopped = setup.server.stop()
+        stopped = setup.stop()
     assert stopped == 0, f"serve exited with {stopped} on SIGTERM; a requested stop is 0"
 
 
@@ -143,6 +152,7 @@ def check_server(server: Server, dimension: int) -> np.ndarray:
 
 
 def test_serve_as_the_readme_writes_it(installed):
+    assert installed.server is not None
     vector = check_server(installed.server, 384)
     # The CLI's embed of the same text, by the same id, from the same user's cache: the same vector.
     embedded = installed.cli("embed", HUB_MINILM, "--query", "--no-progress", stdin="What is an NPU?\n")
@@ -183,20 +193,21 @@ def test_an_npu_host_runs_this_packages_backend_never_vllm_rbln(tmp_path, tiny_m
         compiled = setup.cli("compile", HUB_MINILM, "--npu", "RBLN-CA25")
         assert compiled.returncode == 0 and compiled.stdout.startswith("compiled "), compiled.stderr[-3000:]
         assert any((home / ".cache" / "rbln-retrieval").rglob("*.rbln")), "no artifacts in the user's compile cache"
-        setup.server.wait_ready()
-        check_server(setup.server, dimension=tiny_dimension(tiny_models["bert-cls"]))
+        server = setup.serve()  # after compile: it loads the graphs compile built
+        check_server(server, dimension=tiny_dimension(tiny_models["bert-cls"]))
         embedded = setup.cli("embed", HUB_MINILM, "--no-progress", stdin="What is an NPU?\n")
         assert embedded.returncode == 0, embedded.stderr[-3000:]
         frameworks = run([sys.executable, "-c", FRAMEWORKS], setup.env, home)
         assert frameworks.returncode == 0, frameworks.stderr[-3000:]
         assert frameworks.stdout.count(" | 1") == 2, frameworks.stdout
         # A supervisor (systemd's Restart=on-failure, Kubernetes) restarts a server only on a non-zero exit.
-        server = psutil.Process(setup.server.process.pid)
-        (core,) = [p for p in server.children(recursive=True) if p.name() == "VLLM::EngineCore"]
+        (core,) = [
+            p for p in psutil.Process(server.process.pid).children(recursive=True) if p.name() == "VLLM::EngineCore"
+        ]
         core.kill()
-        assert setup.server.process.wait(timeout=300) == ENGINE_DIED
+        assert server.process.wait(timeout=300) == ENGINE_DIED
     finally:
-        setup.server.stop()
+        setup.stop()
     log = (tmp_path / "serve.log").read_text()
     assert "vllm_rbln" not in log and "RblnPlatform" not in log, log[-3000:]
 
