@@ -21,6 +21,13 @@ def minilm_bf16_engine(minilm) -> PoolingEngine:
 
 
 @pytest.fixture(scope="session")
+def tiny_engine(tiny_models) -> PoolingEngine:
+    """A tiny random-weight BERT (CLS pooling) for tests of what the engine does with its input (order, chunking,
+    memory, identity), which MiniLM's compute would only slow down; MiniLM's vectors are other tests' job."""
+    return PoolingEngine.shared(tiny_models["bert-cls"], device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="session")
 def minilm_server(minilm, tmp_path_factory):
     """`rbln-retrieval serve` of all-MiniLM-L6-v2 (float32, no API key, the default limits) for every test that
     only talks to a plain server; tests that need other options, or stop or kill it, start their own."""

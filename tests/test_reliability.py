@@ -116,16 +116,16 @@ def test_unusual_characters_get_their_own_vector_in_order(minilm_engine, texts):
     assert len(scores) == len(texts) and all(np.isfinite(scores))
 
 
-def test_ten_thousand_identical_texts_get_ten_thousand_identical_vectors(minilm_engine):
+def test_ten_thousand_identical_texts_get_ten_thousand_identical_vectors(tiny_engine):
     text = "The same sentence, ingested again and again."
-    vectors = minilm_engine.embed([text] * 10_000)
-    assert vectors.shape == (10_000, 384)
-    np.testing.assert_allclose(vectors, np.broadcast_to(minilm_engine.embed([text]), vectors.shape), atol=1e-5)
+    vectors = tiny_engine.embed([text] * 10_000)
+    assert vectors.shape == (10_000, tiny_engine.dimension)
+    np.testing.assert_allclose(vectors, np.broadcast_to(tiny_engine.embed([text]), vectors.shape), atol=1e-5)
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(3600)  # about 5-10 minutes on a loaded 2-core machine
-def test_a_generator_of_100k_texts_is_processed_in_bounded_chunks(minilm_engine):
+@pytest.mark.timeout(3600)
+def test_a_generator_of_100k_texts_is_processed_in_bounded_chunks(tiny_engine):
     n = 100_000
     pulled = 0
 
@@ -142,16 +142,16 @@ def test_a_generator_of_100k_texts_is_processed_in_bounded_chunks(minilm_engine)
 
     def sample() -> None:
         while running.is_set():
-            samples.append((pulled, minilm_engine._vllm.get_num_unfinished_requests()))
+            samples.append((pulled, tiny_engine._vllm.get_num_unfinished_requests()))
             time.sleep(0.01)
 
-    minilm_engine.embed(["warm up"])
+    tiny_engine.embed(["warm up"])
     sampler = threading.Thread(target=sample, daemon=True)
     started = time.monotonic()
     with PeakRSS() as rss:
         sampler.start()
         try:
-            vectors = minilm_engine.embed(texts())
+            vectors = tiny_engine.embed(texts())
         finally:
             running.clear()
             sampler.join()
@@ -161,14 +161,14 @@ def test_a_generator_of_100k_texts_is_processed_in_bounded_chunks(minilm_engine)
         f"\n100,000 texts from a generator: {seconds:.0f} s; peak RSS growth {rss.growth / 2**20:.0f} MiB "
         f"for a {output / 2**20:.0f} MiB result ({rss.growth / output:.2f}x)"
     )
-    assert pulled == n and vectors.shape == (n, 384)
+    assert pulled == n and vectors.shape == (n, tiny_engine.dimension)
     # Chunked: the engine computes while most of the generator is still unread, never more than a chunk at once.
     assert any(busy and count < n // 2 for count, busy in samples), "the generator was drained before any work"
     assert max(busy for _, busy in samples) <= CHUNK_SIZE
     # The result itself must be held; everything else (prompts, tokens, requests in flight) is one chunk at a time.
     assert rss.growth < 2 * output + 256 * 2**20
     sample_rows = [*range(0, n, 9_973), n - 1]
-    expected = minilm_engine.embed([f"document number {i} of the stream" for i in sample_rows])
+    expected = tiny_engine.embed([f"document number {i} of the stream" for i in sample_rows])
     np.testing.assert_allclose(vectors[sample_rows], expected, atol=1e-5)
 
 

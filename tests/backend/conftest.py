@@ -37,8 +37,15 @@ def standin_rebel() -> Iterator[ModuleType]:
             del sys.modules[name]
 
 
+# The stock engines here are the reference vLLM computes: run eagerly, in the bundled engines' step size. Inductor's
+# compile of each family's model (most of a stock start) is vLLM's own code path, and the stock runner as users
+# start it (compiled) is run by tests/test_bge_m3.py, tests/test_splade.py, tests/backend/test_bfloat16.py and
+# tests/backend/test_rbln_target.py.
+STOCK = {"enforce_eager": True, "max_num_batched_tokens": SETTINGS["max_num_batched_tokens"]}
+
+
 def start(path: Path, runner: str, **settings) -> PoolingEngine:
-    extra = {"additional_config": {"rbln_retrieval": {**SETTINGS, **settings}}} if runner == "bundled" else {}
+    extra = {"additional_config": {"rbln_retrieval": {**SETTINGS, **settings}}} if runner == "bundled" else STOCK
     return PoolingEngine(
         path,
         device="cpu",

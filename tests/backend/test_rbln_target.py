@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import reference
 from model_builders import minilm_path
 from npu import NPUS, rbln_options, start_rbln
 
@@ -318,13 +319,13 @@ def test_langchain_vector_store_on_the_rbln_target(npu, npu_minilm, minilm_engin
 
 
 @pytest.fixture(scope="module")
-def stock_cross_encoder_scores(tiny_models):
-    with PoolingEngine(tiny_models["bert-cross-encoder"], device="cpu", dtype="float32", runner="stock") as stock:
-        return stock.score(QUERY, PASSAGES)
+def reference_cross_encoder_scores(tiny_models):
+    """Plain transformers' scores of the tiny cross-encoder (the passages are shorter than its max length)."""
+    return reference.cross_encoder_scores(str(tiny_models["bert-cross-encoder"]), QUERY, PASSAGES, max_length=512)
 
 
 @pytest.mark.parametrize("npu", ["RBLN-CR13"], indirect=True)
-def test_llama_index_reranker_on_the_rbln_target(npu, standin_rebel, tiny_models, stock_cross_encoder_scores):
+def test_llama_index_reranker_on_the_rbln_target(npu, standin_rebel, tiny_models, reference_cross_encoder_scores):
     from llama_index.core.schema import NodeWithScore, TextNode
 
     from llama_index.postprocessor.rbln_rerank import RBLNReranker
@@ -335,7 +336,7 @@ def test_llama_index_reranker_on_the_rbln_target(npu, standin_rebel, tiny_models
     reranker = RBLNReranker(model=str(path), top_n=3, **rbln_options(npu))
     try:
         ranked = reranker.postprocess_nodes(nodes, query_str=QUERY)
-        expected = sorted(stock_cross_encoder_scores, reverse=True)[:3]
+        expected = sorted(reference_cross_encoder_scores, reverse=True)[:3]
         assert [n.score for n in ranked] == pytest.approx(expected, abs=1e-5)
         stats = engine.stats()
         assert (stats["target"], stats["npu"], stats["route"]) == ("rbln", npu, ROUTES[npu])
