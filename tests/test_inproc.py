@@ -4,6 +4,7 @@ idle; close() ends the step thread."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -100,12 +101,18 @@ def test_the_driver_sleeps_while_the_engine_is_idle(minilm_engine):
     assert minilm_engine._vllm.get_num_unfinished_requests() == 0
 
 
-def test_close_ends_the_step_thread_and_frees_the_engine(tiny_models):
+def test_close_ends_the_step_thread_and_frees_the_engine_with_one_collection(tiny_models, monkeypatch):
+    """vLLM's teardown would run three full garbage collections (seconds in a large process); close runs one."""
     before = len(step_threads())
     engine = PoolingEngine(tiny_models["bert-cls"], device="cpu", dtype="float32")
     assert len(step_threads()) == before + 1
     assert engine.embed(["one", "two"]).shape == (2, engine.dimension)
+    collections = []
+    collect = gc.collect
+    monkeypatch.setattr(gc, "collect", lambda *args: collections.append(args) or collect(*args))
     engine.close()
+    monkeypatch.undo()
+    assert len(collections) == 1, collections
     deadline = time.monotonic() + 30
     while len(step_threads()) > before and time.monotonic() < deadline:
         time.sleep(0.05)

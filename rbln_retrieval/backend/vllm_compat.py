@@ -9,7 +9,7 @@ name each hook.
   so vLLM's CPU-only dispatch applies to every model it loads. A graph for the NPU compiler must hold ATen ops
   and real weights only; ``static_graph_loading`` takes vLLM's CPU dispatch out of a model's forward.
 - In-process engines (rbln_retrieval.local.inproc): several vLLM engines in one process, which vLLM's process-wide
-  caches and teardown do not expect.
+  caches and teardown do not expect; a teardown that collects garbage once, not at each of vLLM's steps.
 - Import-time state that outlives its use (``drop_import_error_tracebacks``).
 
 Imports only the standard library at module level; vLLM and torch inside the functions that touch them.
@@ -17,7 +17,9 @@ Imports only the standard library at module level; vLLM and torch inside the fun
 
 from __future__ import annotations
 
+import gc
 import sys
+import types
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
@@ -189,6 +191,28 @@ def shutdown_keeping_distributed_groups(engine: Any) -> None:
         engine.engine_core.shutdown()
     finally:
         core_module.cleanup_dist_env_and_memory = cleanup
+
+
+# The modules whose engine teardown runs a full garbage collection (the runner's KV-cache cleanup and
+# ``cleanup_dist_env_and_memory``), each a second or more in a process that holds a large heap.
+_COLLECTING_MODULES = ("vllm.distributed.parallel_state", "vllm.v1.worker.gpu_model_runner")
+
+
+@contextmanager
+def collections_deferred() -> Iterator[None]:
+    """vLLM's teardown inside the block without its own full garbage collections; the caller collects once after
+    (``rbln_retrieval.local.inproc`` does, before it returns the freed pages to the OS). Only those modules' view of
+    ``gc`` changes: the rest of the process, and its other threads, collect as usual."""
+    quiet = types.SimpleNamespace(**{n: getattr(gc, n) for n in dir(gc) if not n.startswith("__")})
+    quiet.collect = lambda generation=2: 0
+    modules = [sys.modules[name] for name in _COLLECTING_MODULES if name in sys.modules]
+    for module in modules:
+        module.gc = quiet  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        for module in modules:
+            module.gc = gc  # type: ignore[attr-defined]
 
 
 def drop_import_error_tracebacks() -> None:

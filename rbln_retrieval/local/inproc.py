@@ -83,10 +83,11 @@ def _shut_down(engine: Any) -> None:
     """vLLM's engine-core shutdown, which also destroys the process's torch.distributed groups: other live
     in-process engines still step through them, so only the last engine's shutdown tears them down."""
     _LIVE.discard(id(engine))
-    if _LIVE:
-        vllm_compat.shutdown_keeping_distributed_groups(engine)
-    else:
-        engine.engine_core.shutdown()
+    with vllm_compat.collections_deferred():  # _return_freed_memory collects once, after
+        if _LIVE:
+            vllm_compat.shutdown_keeping_distributed_groups(engine)
+        else:
+            engine.engine_core.shutdown()
 
 
 def _return_freed_memory() -> None:
