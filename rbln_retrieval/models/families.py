@@ -33,7 +33,7 @@ class ModelFamily:
     hidden_size: int  # the width of the vectors it returns (after any sentence-transformers Dense projection)
     max_length: int
     pooling: Pooling | None = None  # bi-encoders only
-    normalize: bool = True
+    normalize: bool = True  # the checkpoint's modules end in Normalize; embed's ``normalize=`` decides what callers get
     query_prompt: str = ""  # literal prefix for queries (Qwen3: the instruction template, formatted)
     document_prompt: str = ""
     default_instruction: str | None = None  # Qwen3 task description (embedding and reranker)
