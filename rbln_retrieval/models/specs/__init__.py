@@ -5,7 +5,7 @@ the bi-encoders', by its heads) comes first.
 Adding a family: its module here, its line in SPECS and FamilyName, a test model builder in tests/model_builders.py
 and a row in docs/models.md.
 
-Imports: errors, models (files, multimodal, spec, splade, specs.*).
+Imports: models (spec, specs.*).
 """
 
 from __future__ import annotations
