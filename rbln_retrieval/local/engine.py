@@ -27,6 +27,7 @@ from rbln_retrieval.local.vllm_calls import encode, start_vllm
 from rbln_retrieval.models.families import ModelFamily, check_remote_code, detect_family
 from rbln_retrieval.models.files import check_weights
 from rbln_retrieval.models.source import SOURCE_ARGS, ModelSource
+from rbln_retrieval.models.spec import Scoring
 from rbln_retrieval.results.finite import check_finite
 from rbln_retrieval.results.outputs import (
     Output,
@@ -372,7 +373,7 @@ class PoolingEngine(ImageEmbedding):
                 return []
             (q,) = await self._embed_any([query], "query", instruction, None, True, False, truncate, "multi_vector")
             return [maxsim(q, d, family=self.family.name) for d in docs]
-        if self.family.name == "splade":  # sparse vectors score by their dot product
+        if method is Scoring.SPARSE_DOT:
             docs = await self._embed_any(
                 documents, "document", None, None, True, False, truncate, "sparse", "documents"
             )
@@ -380,7 +381,7 @@ class PoolingEngine(ImageEmbedding):
                 return []
             (q,) = await self._embed_any([query], "query", instruction, None, True, False, truncate, "sparse")
             return [sparse_dot(q, d) for d in docs]
-        if method == "cosine":
+        if method.embeds:
             docs = await self._embed(documents, "document", None, None, True, False, truncate, what="documents")
             if len(docs) == 0:
                 return []
@@ -391,7 +392,7 @@ class PoolingEngine(ImageEmbedding):
         params = PoolingParams(task="classify", use_activation=True)
         scores: list[float] = []
         for first, chunk in chunks(documents, what="documents"):
-            if method == "qwen3-reranker":
+            if method is Scoring.TEMPLATE:
                 pairs = qwen3_reranker_pairs(self.family, query, chunk, instruction)
                 tokens = await _off_loop(
                     chunk, self.tokenizer.encode_qwen3_reranker, pairs, truncate, first_index=first

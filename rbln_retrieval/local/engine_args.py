@@ -124,10 +124,10 @@ def _stock_kwargs(
         "pooler_config": pooler,
         "hf_overrides": dict(family.hf_overrides),
         "trust_remote_code": options.trust_remote_code,
-        # Pickle checkpoints can run code on load; safetensors only unless the caller opts in. bge-m3's two small
-        # heads exist only as .pt state dicts: vLLM reads them with torch's weights-only unpickler, which refuses
-        # code, while the model's own weights still come from safetensors (check_weights made sure they exist).
-        "load_format": "auto" if options.allow_pickle or family.name == "bge-m3" else "safetensors",
+        # Pickle checkpoints can run code on load; safetensors only unless the caller opts in. Heads that exist only
+        # as .pt state dicts (bge-m3's): vLLM reads them with torch's weights-only unpickler, which refuses code,
+        # while the model's own weights still come from safetensors (check_weights made sure they exist).
+        "load_format": "auto" if options.allow_pickle or family.spec.loads_pickle_heads else "safetensors",
         "disable_log_stats": True,
         # A library's users see their own progress bars; vLLM's checkpoint-loading bar is noise at every start.
         "use_tqdm_on_load": False,

@@ -63,7 +63,7 @@ async def start_vllm(
     from rbln_retrieval.local.inproc import InprocEngine
 
     kwargs = vllm_engine_kwargs(model, family, options, device=device, model_key=str(source))
-    if family.name == "splade":  # engine processes are forked: they inherit the registration
+    if family.spec.registers_splade:  # engine processes are forked: they inherit the registration
         from rbln_retrieval.backend import splade
 
         splade.register()

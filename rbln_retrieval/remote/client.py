@@ -28,6 +28,7 @@ import numpy as np
 from rbln_retrieval.engines.options import EngineOptions
 from rbln_retrieval.engines.protocol import DESCRIBE_PATH, QUANTIZED_EMBED_PATH
 from rbln_retrieval.models.families import ModelFamily
+from rbln_retrieval.models.spec import Scoring
 from rbln_retrieval.remote.calls import ClientLoop, RemoteClosedError
 from rbln_retrieval.remote.replicas import Deadline, RemoteAuthError, RemoteError, Replicas
 from rbln_retrieval.remote.served_model import RemoteModel
@@ -354,17 +355,17 @@ class RemoteEngine(ClientLoop):
             score = partial(self._score, query, instruction=instruction, truncate="end")
             return await score_chunked(windows, documents, chunked, score, output=output)
         if output != "dense" or not family.gives_dense:  # multi-vectors (late interaction) and sparse: not served
-            late = output if output != "dense" else "sparse" if family.name == "splade" else "multi_vector"
+            late = output if output != "dense" else family.spec.outputs[0]  # the family's one output
             check_remote_outputs(late, family=family.name, model=self.model)
         docs = [d for _, chunk in chunks(documents, "documents") for d in chunk]
         if not docs:
             return []
         method = score_method(family, self.model, instruction)
-        if method == "cosine":
+        if method.embeds:
             doc_vectors = await self._embed(docs, "document", None, None, True, truncate, what="documents")
             query_vector = (await self._embed([query], "query", instruction, None, True, truncate))[0]
             return [float(s) for s in doc_vectors @ query_vector]
-        if method == "qwen3-reranker":
+        if method is Scoring.TEMPLATE:
             prompts = qwen3_reranker_prompts(family, query, docs, instruction)
 
             async def batch(items: list[str]) -> list[float]:

@@ -10,8 +10,9 @@ route (HTTP 404): the family then comes from the model's config files where the 
 explicit family or the bi-encoder defaults, with a warning. The description also advertises the server's limits,
 under which calls are cut into batches here.
 
-Imports: engines (options, protocol), errors, models (families, family_prompts, source), remote (replicas), text
-(tokens).
+The description carries the family by name; this side asks the family's spec (models/specs/) by that name.
+
+Imports: engines (options, protocol), errors, models (families, source, specs), remote (replicas), text (tokens).
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from rbln_retrieval.engines.options import EngineOptions
 from rbln_retrieval.engines.protocol import DESCRIBE_PATH, QUANTIZED_EMBED_PATH
 from rbln_retrieval.errors import ModelNotFoundError, ModelNotSupportedError
 from rbln_retrieval.models.families import ModelFamily, detect_family
-from rbln_retrieval.models.family_prompts import default_document_prompt, default_instruction, default_query_prompt
 from rbln_retrieval.models.source import resolve_model, split_reference
+from rbln_retrieval.models.specs import DEFAULT_SPEC, family_name, spec_named
 from rbln_retrieval.remote.replicas import Deadline, RemoteError, Replicas
 from rbln_retrieval.text.tokens import PromptTokenizer
 
@@ -152,15 +153,16 @@ class RemoteModel:
                 self.model,
             )
         # Without the model files, prompts come only from the family's defaults and explicit instructions.
+        spec = spec_named(wanted) if wanted else DEFAULT_SPEC
         return ModelFamily(
-            name=wanted or "bi-encoder",
+            name=wanted or family_name(spec),
             architecture="remote",
             hidden_size=0,
             max_length=self.options.max_length or 0,
-            default_instruction=default_instruction(wanted or ""),
-            query_prompt=default_query_prompt(wanted or ""),
-            document_prompt=default_document_prompt(wanted or ""),
-            matryoshka=wanted in ("qwen3-embedding", "nomic", "embeddinggemma"),
+            default_instruction=spec.default_instruction,
+            query_prompt=spec.query_prompt,
+            document_prompt=spec.document_prompt,
+            matryoshka=spec.matryoshka,
         )
 
     def batches(self, items: list[str], batch_size: int, reserve: int = 0) -> list[list[str]]:

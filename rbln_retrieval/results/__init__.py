@@ -6,6 +6,8 @@ best first, NaN last), precision.py (the bounds against float32), finite.py (NaN
 naming the input). Shared by the local engine, the remote client and the
 framework integrations, so all finish results the same way.
 
-May import: nothing
+Which outputs a family gives and how its vectors compare are the family's spec's (models/specs/).
+
+May import: models
 Engine libraries: none
 """

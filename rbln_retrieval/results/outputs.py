@@ -6,15 +6,17 @@ per token without the first (bos) and last (eos) token, "token_embed" gives colb
 first token, normalized, and "embed&token_classify" gives the dense vector followed by the sparse weights from one
 forward. vLLM serves one task per request, so dense + sparse cost one forward and multi-vectors one more.
 
-A ColBERT checkpoint (family "colbert", vLLM's ColBERTModel) has multi-vectors only: "token_embed" gives its
+A ColBERT checkpoint (vLLM's ColBERTModel) has multi-vectors only: "token_embed" gives its
 projection of every token, [CLS] and [SEP] included, normalized.
 
-A SPLADE checkpoint (family "splade", rbln_retrieval.backend.splade) has sparse vectors only: its "embed" task gives
+A SPLADE checkpoint (rbln_retrieval.backend.splade) has sparse vectors only: its "embed" task gives
 one vocabulary-sized row, per id the largest log(1 + relu(MLM logit)) over the text's tokens ([CLS] and [SEP]
 included, as sentence-transformers' SpladePooling); the ids above zero, special tokens included, are its
 {token_id: weight}, the type bge-m3's sparse output has.
 
-Imports nothing of this package; numpy.
+Which outputs a family gives, and what it needs besides, its spec says (``family`` arguments name it).
+
+Imports: models (spec, specs); numpy.
 """
 
 from __future__ import annotations
@@ -27,10 +29,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-Output = Literal["dense", "sparse", "multi_vector"]
-OUTPUTS: tuple[Output, ...] = ("dense", "sparse", "multi_vector")
-# Which outputs a family's checkpoints can give; every embedding family gives dense vectors.
-FAMILY_OUTPUTS: dict[str, tuple[Output, ...]] = {"bge-m3": OUTPUTS, "colbert": ("multi_vector",), "splade": ("sparse",)}
+# Defined with the family specs, which say which of them each family gives.
+from rbln_retrieval.models.spec import OUTPUTS as OUTPUTS
+from rbln_retrieval.models.spec import Output as Output
+from rbln_retrieval.models.specs import spec_named
+
 _MISSING_HEAD = {
     "dense": "pooled vector (it gives one vector per token)",
     "sparse": "sparse (lexical weight) head",
@@ -43,20 +46,13 @@ def check_outputs(output: Any, *, family: str, model: str) -> tuple[Output, ...]
     names = (output,) if isinstance(output, str) else output
     if not isinstance(names, Sequence) or isinstance(names, bytes) or not names:
         raise TypeError(f"output is {output!r}; expected one of {', '.join(OUTPUTS)} or a non-empty list of them.")
+    spec = spec_named(family)
     for name in names:
         if name not in OUTPUTS:
             raise ValueError(f"output={name!r} is not one of {', '.join(map(repr, OUTPUTS))}.")
-        if name not in FAMILY_OUTPUTS.get(family, ("dense",)) and family == "colbert":
-            raise ValueError(
-                f"{model} is a ColBERT model with no {_MISSING_HEAD[name]}, so it cannot give output={name!r}; "
-                "ask for output='multi_vector', or score and rerank with it (late interaction)."
-            )
-        if name not in FAMILY_OUTPUTS.get(family, ("dense",)) and family == "splade":
-            raise ValueError(
-                f"{model} is a SPLADE model: it gives one sparse vector per text and no other output, so it cannot "
-                f"give output={name!r}; ask for output='sparse'."
-            )
-        if name not in FAMILY_OUTPUTS.get(family, ("dense",)):
+        if name not in spec.outputs and spec.refuse_output:
+            raise ValueError(spec.refuse_output.format(model=model, output=name, missing=_MISSING_HEAD[name]))
+        if name not in spec.outputs:
             raise ValueError(
                 f"{model} has no {_MISSING_HEAD[name]} (family {family}), so it cannot give output={name!r}; "
                 "bge-m3 checkpoints (sparse_linear.pt and colbert_linear.pt beside the weights) can, and SPLADE "
@@ -69,14 +65,12 @@ def check_outputs(output: Any, *, family: str, model: str) -> tuple[Output, ...]
 
 def npu_note(family: str, model: str) -> str | None:
     """What the bundled runner on the NPU does with this family's token-level outputs, for the engine's start."""
-    outputs = FAMILY_OUTPUTS.get(family, ("dense",))
+    spec = spec_named(family)
+    outputs = spec.outputs
     if outputs == ("dense",):
         return None
-    if family == "splade":
-        return (
-            f"{model}: sparse vectors are pooled by vLLM's pooler on the host from the graph's hidden states (the "
-            "masked-LM head and the max over tokens, one request at a time)."
-        )
+    if spec.npu_note:
+        return f"{model}: {spec.npu_note}"
     if "dense" not in outputs:
         return f"{model}: multi-vector outputs are pooled by vLLM's pooler on the host from the graph's hidden states."
     return (
@@ -103,8 +97,8 @@ PoolingTask = Literal["embed", "token_classify", "token_embed", "embed&token_cla
 
 def pooling_tasks(outputs: tuple[Output, ...], family: str = "") -> list[PoolingTask]:
     """vLLM pooling tasks that compute ``outputs``, one forward each."""
-    if family == "splade":
-        return ["embed"]  # SPLADE's one output is its pooled (vocabulary-sized) row
+    if spec_named(family).vocabulary_row:
+        return ["embed"]  # its one output is its pooled (vocabulary-sized) row
     tasks: list[PoolingTask] = []
     if "dense" in outputs and "sparse" in outputs:
         tasks.append("embed&token_classify")
@@ -167,11 +161,12 @@ def sparse_dot(a: dict[int, float], b: dict[int, float]) -> float:
 
 def maxsim(query: np.ndarray, document: np.ndarray, *, family: str) -> float:
     """Late-interaction relevance: each query vector's best dot product with any document vector, summed over the
-    query vectors as ColBERT (and vLLM's ``compute_maxsim_score``) does, averaged as bge-m3's ``colbert_score``."""
+    query vectors as ColBERT (and vLLM's ``compute_maxsim_score``) does, or averaged as bge-m3's ``colbert_score``
+    (the family spec's ``maxsim_reduction``)."""
     if len(query) == 0 or len(document) == 0:
         return 0.0
     best = (query @ document.T).max(axis=1)
-    return float(best.mean() if family == "bge-m3" else best.sum())
+    return float(best.mean() if spec_named(family).maxsim_reduction == "mean" else best.sum())
 
 
 def normalized(rows: np.ndarray) -> np.ndarray:
@@ -194,7 +189,7 @@ def assemble(
     """Per output, the results for every text from the raw rows of each pooling task (requested without vLLM's
     activation where one task carries two outputs; see ``activation``)."""
     result: dict[str, Any] = {}
-    if family == "splade":
+    if spec_named(family).vocabulary_row:
         result["sparse"] = [vocabulary_weights(row) for row in raw["embed"]]
     elif "embed&token_classify" in raw:
         rows = raw["embed&token_classify"]

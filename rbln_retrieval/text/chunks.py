@@ -14,7 +14,7 @@ window's vector with its span instead. ``score``/``rerank`` give a document its 
 Memory stays bounded: texts are taken CHUNK_SIZE at a time, and their windows are embedded or scored WINDOW_BATCH at
 a time into running sums (per text, while the text's windows are held as spans, not strings).
 
-Imports: models (families, family_prompts), text (inputs, prompts, tokens); numpy.
+Imports: models (families, family_prompts, spec), text (inputs, prompts, tokens); numpy.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import numpy as np
 
 from rbln_retrieval.models.families import ModelFamily
 from rbln_retrieval.models.family_prompts import QWEN3_RERANKER_PREFIX, QWEN3_RERANKER_SUFFIX
+from rbln_retrieval.models.spec import Scoring
 from rbln_retrieval.text.inputs import CHUNK_SIZE, Chunk, chunks
 from rbln_retrieval.text.prompts import embed_prefix, qwen3_reranker_pairs, score_method
 from rbln_retrieval.text.tokens import PromptTokenizer
@@ -134,9 +135,9 @@ def score_windows(tokenizer: PromptTokenizer, model: str, query: str, instructio
     windows; a cross-encoder, the (query, window) pair; Qwen3-Reranker, its template around the pair."""
     family, hf = tokenizer.family, tokenizer.hf
     method = score_method(family, model, instruction)
-    if method == "cosine":
+    if method.embeds:
         return embed_windows(tokenizer, embed_prefix(family, model, "document", None), chunk)
-    if method == "cross-encoder":
+    if method is Scoring.PAIRS:
 
         def pairs(docs: list[str]) -> list[int]:
             return [len(ids) for ids in hf([query] * len(docs), docs)["input_ids"]]

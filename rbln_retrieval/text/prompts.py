@@ -2,26 +2,15 @@
 score is obtained. Shared by the local engine (which tokenizes these prompts, rbln_retrieval.text.tokens) and the remote
 client (which sends them as text), so both apply a model's prompts and templates identically.
 
-Imports: models (families, family_prompts).
+The prompts and templates themselves are each family's spec's (rbln_retrieval.models.specs).
+
+Imports: models (families, spec).
 """
 
 from __future__ import annotations
 
-from typing import Literal
-
 from rbln_retrieval.models.families import ModelFamily
-from rbln_retrieval.models.family_prompts import (
-    EMBEDDINGGEMMA_QUERY_TEMPLATE,
-    QWEN3_QUERY_TEMPLATE,
-    QWEN3_RERANKER_PAIR,
-    QWEN3_RERANKER_PREFIX,
-    QWEN3_RERANKER_SUFFIX,
-)
-
-Kind = Literal["document", "query"]
-# cosine: embed query and documents, dot product of the normalized vectors; cross-encoder: the model reads the
-# (query, document) pair; qwen3-reranker: the model reads Qwen3-Reranker's chat template around the pair.
-ScoreMethod = Literal["cosine", "cross-encoder", "qwen3-reranker"]
+from rbln_retrieval.models.spec import PairTemplate, Scoring
 
 
 def _check_instruction(instruction: object) -> None:
@@ -41,33 +30,34 @@ def embed_prefix(family: ModelFamily, model: str, kind: str, instruction: str | 
         return family.document_prompt if instruction is None else instruction
     if instruction is None:
         return family.query_prompt
-    if family.name == "qwen3-embedding":
-        return QWEN3_QUERY_TEMPLATE.format(instruction=instruction)
-    if family.name == "embeddinggemma":
-        return EMBEDDINGGEMMA_QUERY_TEMPLATE.format(instruction=instruction)
-    return instruction
+    template = family.spec.query_template
+    return instruction if template is None else template.format(instruction=instruction)
 
 
-def score_method(family: ModelFamily, model: str, instruction: str | None) -> ScoreMethod:
+def score_method(family: ModelFamily, model: str, instruction: str | None) -> Scoring:
     """How ``family`` scores a query against documents; refuses an instruction the family cannot take."""
     _check_instruction(instruction)
-    if not family.is_cross_encoder:
-        return "cosine"
-    if family.name == "qwen3-reranker":
-        return "qwen3-reranker"
-    if instruction is not None:
+    method = family.spec.scoring
+    if method is Scoring.PAIRS and instruction is not None:
         raise ValueError(f"{model} is a cross-encoder and takes no instruction; leave instruction unset.")
-    return "cross-encoder"
+    return method
+
+
+def pair_template(family: ModelFamily) -> PairTemplate:
+    """The template a Scoring.TEMPLATE family reads around each (query, document) pair."""
+    if family.spec.pair_template is None:
+        raise ValueError(f"The {family.name} family scores without a pair template.")
+    return family.spec.pair_template
 
 
 def qwen3_reranker_pairs(family: ModelFamily, query: str, documents: list[str], instruction: str | None) -> list[str]:
     """The part of Qwen3-Reranker's prompt that truncation may cut, one per document (the fixed prefix and suffix
     around it never are)."""
     task = instruction if instruction is not None else family.default_instruction
-    return [QWEN3_RERANKER_PAIR.format(instruction=task, query=query, document=d) for d in documents]
+    return [pair_template(family).pair.format(instruction=task, query=query, document=d) for d in documents]
 
 
 def qwen3_reranker_prompts(family: ModelFamily, query: str, documents: list[str], instruction: str | None) -> list[str]:
     """Qwen3-Reranker's whole prompt per document, as text (for a server that tokenizes it)."""
-    pairs = qwen3_reranker_pairs(family, query, documents, instruction)
-    return [QWEN3_RERANKER_PREFIX + pair + QWEN3_RERANKER_SUFFIX for pair in pairs]
+    template, pairs = pair_template(family), qwen3_reranker_pairs(family, query, documents, instruction)
+    return [template.prefix + pair + template.suffix for pair in pairs]

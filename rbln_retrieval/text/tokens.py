@@ -4,7 +4,7 @@ We tokenize here rather than in vLLM so that truncation is defined for every inp
 "start" keeps the end, "error" names the offending index) and templates are never cut. The policy is an argument
 of every call, so objects with different policies share one engine.
 
-Imports: models (families, family_prompts); transformers when the first tokenizer is made.
+Imports: models (families), text (prompts); transformers when the first tokenizer is made.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rbln_retrieval.models.families import ModelFamily
-from rbln_retrieval.models.family_prompts import QWEN3_RERANKER_PREFIX, QWEN3_RERANKER_SUFFIX
+from rbln_retrieval.text.prompts import pair_template
 
 # Truncation keeps at most max_length tokens: only a window of this many characters per kept token is tokenized,
 # not the whole text (a 1 MB text would hold about 200 MiB of tokenizer state).
@@ -148,8 +148,9 @@ class PromptTokenizer:
         """Qwen3-Reranker's own recipe: fixed prefix and suffix tokens around each truncated pair text
         (rbln_retrieval.text.prompts.qwen3_reranker_pairs)."""
         hf = self._for(truncate)
-        prefix = hf(QWEN3_RERANKER_PREFIX, add_special_tokens=False)["input_ids"]
-        suffix = hf(QWEN3_RERANKER_SUFFIX, add_special_tokens=False)["input_ids"]
+        template = pair_template(self.family)
+        prefix = hf(template.prefix, add_special_tokens=False)["input_ids"]
+        suffix = hf(template.suffix, add_special_tokens=False)["input_ids"]
         budget = self.max_length - len(prefix) - len(suffix)
         truncation = truncate != "error"
         middles = hf(pairs, add_special_tokens=False, truncation=truncation, max_length=budget if truncation else None)[

@@ -1,0 +1,163 @@
+"""What a model family is, as the rest of the package asks it: one frozen ``FamilySpec`` per family (its modules in
+models/specs/), holding how a checkpoint of it is recognised and read into a ModelFamily, its prompts and templates,
+the outputs it gives, how it scores, and what loading and the NPU need of it. No module outside models/specs/ names
+a family; it asks the spec.
+
+Imports: errors, models (files).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum, auto
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+from rbln_retrieval.errors import ModelNotSupportedError
+from rbln_retrieval.models.files import Pooling, read_json, sentence_transformers_modules, st_pooling
+
+Output = Literal["dense", "sparse", "multi_vector"]
+OUTPUTS: tuple[Output, ...] = ("dense", "sparse", "multi_vector")
+_ROBERTA_TYPES = {"roberta", "xlm-roberta"}
+
+
+class Scoring(Enum):
+    """How a family scores a query against documents."""
+
+    COSINE = auto()  # embed query and documents; the dot product of the normalized vectors
+    MAXSIM = auto()  # embed token vectors; late interaction (the spec's maxsim_reduction)
+    SPARSE_DOT = auto()  # embed sparse vectors; their dot product
+    PAIRS = auto()  # the model reads each (query, document) pair (a cross-encoder)
+    TEMPLATE = auto()  # the model reads the family's pair template around query and document (yes/no logits)
+
+    @property
+    def embeds(self) -> bool:
+        """Query and documents are embedded apart and compared (not read together by the model)."""
+        return self not in (Scoring.PAIRS, Scoring.TEMPLATE)
+
+
+@dataclass(frozen=True)
+class PairTemplate:
+    """A reranker's prompt around a (query, document) pair: the fixed prefix and suffix are never truncated."""
+
+    prefix: str
+    pair: str  # with {instruction}, {query} and {document}
+    suffix: str
+
+
+class Checkpoint:
+    """What detection reads of one model directory: config.json and the sentence-transformers files."""
+
+    def __init__(self, path: Path, config: dict[str, Any], user_max_length: int | None) -> None:
+        self.path = path
+        self.config = config
+        self.user_max_length = user_max_length
+        architectures = config.get("architectures") or []
+        self.arch: str = architectures[0] if architectures else ""
+
+    @cached_property
+    def modules(self) -> list[dict[str, Any]]:
+        return sentence_transformers_modules(self.path)
+
+    @cached_property
+    def prompts(self) -> dict[str, str]:
+        st_config = read_json(self.path / "config_sentence_transformers.json")
+        return (st_config or {}).get("prompts") or {} if isinstance(st_config, dict) else {}
+
+    @cached_property
+    def pooling(self) -> Pooling | None:
+        return st_pooling(self.path, self.modules)
+
+    def query_prompt(self, default: str = "") -> str:
+        return self.prompts.get("query", default)
+
+    def document_prompt(self, default: str = "") -> str:
+        return self.prompts.get("document", self.prompts.get("passage", default))
+
+    @property
+    def normalizes(self) -> bool:
+        return any(m.get("type", "").endswith("Normalize") for m in self.modules)
+
+    @property
+    def uses_token_type_ids(self) -> bool:
+        return bool(self.config.get("type_vocab_size", 0) > 1)
+
+    def common(self) -> dict[str, Any]:
+        """The ModelFamily fields every text family reads the same way."""
+        return {
+            "architecture": self.arch,
+            # n_embd: GPT-2 style configs (Nomic)
+            "hidden_size": int(self.config.get("hidden_size") or self.config.get("n_embd") or 0),
+            "max_length": self._max_length(),
+            "hf_overrides": self._config_fixes(),
+        }
+
+    def kv_bytes_per_token(self) -> int:
+        """Causal models only: KV cache per token at fp32, for sizing the cache."""
+        config = self.config
+        heads = config.get("num_attention_heads", 1)
+        head_dim = config.get("head_dim") or config.get("hidden_size", 0) // heads
+        kv_heads = config.get("num_key_value_heads") or heads
+        return int(2 * config.get("num_hidden_layers", 1) * kv_heads * head_dim * 4)
+
+    def _max_length(self) -> int:
+        config, limits = self.config, []
+        # GPT-2 style configs (Nomic) name it n_positions; vLLM takes the smaller where both are given.
+        positions = min((config[k] for k in ("max_position_embeddings", "n_positions") if config.get(k)), default=None)
+        if positions:
+            # RoBERTa-style models number positions from padding_idx + 1.
+            offset = config.get("pad_token_id", 1) + 1 if config.get("model_type") in _ROBERTA_TYPES else 0
+            limits.append(positions - offset)
+        st_config = read_json(self.path / "sentence_bert_config.json")
+        if isinstance(st_config, dict) and st_config.get("max_seq_length"):
+            limits.append(int(st_config["max_seq_length"]))
+        if not limits:
+            raise ModelNotSupportedError(f"{self.path} declares no maximum sequence length (max_position_embeddings).")
+        model_limit = min(limits)
+        if self.user_max_length is None:
+            return int(model_limit)
+        if not 0 < self.user_max_length <= max(limits):
+            raise ValueError(f"max_length={self.user_max_length} is outside 1..{max(limits)} for {self.path}.")
+        return self.user_max_length
+
+    def _config_fixes(self) -> dict[str, Any]:
+        """hf_overrides that let vLLM 0.30 load configs written by transformers 5.x."""
+        if self.config.get("model_type") in _ROBERTA_TYPES and "position_embedding_type" not in self.config:
+            # transformers 5.x omits it; vLLM's RoBERTa code reads it.
+            return {"position_embedding_type": "absolute"}
+        return {}
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """One model family: everything the package does differently for it."""
+
+    name: str  # as ModelFamily.name, options' ``family=`` and a server's description carry it
+    architectures: frozenset[str]  # config.json architectures it runs (for the "supported" list)
+    detect: Callable[[Checkpoint], bool]  # claims a checkpoint (may refuse one it recognises but cannot run)
+    preset: Callable[[Checkpoint], dict[str, Any]]  # the checkpoint's ModelFamily fields (all but name)
+    scoring: Scoring = Scoring.COSINE
+    outputs: tuple[Output, ...] = ("dense",)
+    maxsim_reduction: Literal["sum", "mean"] = "sum"  # how MaxSim combines the query vectors' best matches
+    query_prompt: str = ""  # defaults when the model directory declares no prompts
+    document_prompt: str = ""
+    query_template: str | None = None  # how an instruction becomes the query prompt ({instruction}); None: verbatim
+    default_instruction: str | None = None  # the task a model takes when the caller gives none
+    pair_template: PairTemplate | None = None  # Scoring.TEMPLATE only
+    matryoshka: bool = False
+    vocabulary_row: bool = False  # the "embed" task's one vocabulary-sized row is its sparse vector (SPLADE)
+    registers_splade: bool = False  # vLLM needs the bundled backend's SPLADE model (rbln_retrieval.backend.splade)
+    loads_pickle_heads: bool = False  # heads shipped only as .pt state dicts (read by torch's weights-only unpickler)
+    refuse_output: str | None = None  # sentence for an output it lacks: {model}, {output}, {missing} (the head)
+    npu_note: str | None = None  # what the NPU runner does with its token-level outputs, when not the usual
+    images: bool = False  # embeds images and texts into one space; claimed by architecture, never by ``family=``
+
+    @property
+    def pooling_task(self) -> Literal["embed", "classify"]:
+        return "embed" if self.scoring.embeds else "classify"
+
+    @property
+    def is_cross_encoder(self) -> bool:
+        return not self.scoring.embeds
