@@ -76,7 +76,7 @@ class RunnerSettings:
         for name in sorted(set(raw) & set(DEPRECATED)):
             warnings.warn(f"{name} is deprecated and ignored: {DEPRECATED[name]}.", DeprecationWarning, stacklevel=4)
         values: dict[str, Any] = {}
-        for name in names & set(raw):
+        for name in (f.name for f in fields(cls) if f.name in raw):
             value = raw[name]
             if name in ("kernels", "host_compile_backend"):
                 options = get_args(Kernels if name == "kernels" else HostCompileBackend)
@@ -100,7 +100,8 @@ def _named(name: str, value: Any) -> str:
 
 
 def _integer(name: str, value: Any, least: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+    whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    if isinstance(value, bool) or not whole:
         raise ValueError(f"{_named(name, value)} is not a whole number.")
     if least is not None and value < least:
         raise ValueError(f"{_named(name, value)} is below {least}.")

@@ -91,6 +91,7 @@ def test_runner_settings_refuse_a_bad_value_in_one_sentence_naming_it():
         ({"host_compile_backend": "tvm"}, r"host_compile_backend='tvm' .* is not one of 'none', 'eager', 'inductor'"),
         ({"step_cost_tokens": "64"}, r"step_cost_tokens='64' .* is not a whole number\."),
         ({"max_num_batched_tokens": 1.5}, r"max_num_batched_tokens=1.5 .* is not a whole number\."),
+        ({"max_num_batched_tokens": float("inf")}, r"max_num_batched_tokens=inf .* is not a whole number\."),
         ({"step_cost_tokens": -1}, r"step_cost_tokens=-1 .* is below 0\."),
         ({"buckets": [64, 0]}, r"buckets=0 .* is below 1\."),
         ({"buckets": 512}, r"buckets=512 .* is not a list\."),
