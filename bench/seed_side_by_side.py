@@ -136,7 +136,7 @@ def our_side(family: Family, path: Path, passages: list[str], queries: list[str]
     from rebel import aot, contract
 
     from rbln_retrieval import PoolingEngine
-    from rbln_retrieval.backend import rbln_runtime
+    from rbln_retrieval.backend.npu import rbln_runtime
 
     # The stand-in NPU counts as present (device nodes are hardware), as in tests/backend/conftest.py.
     rbln_runtime.probe = lambda: rbln_runtime.RuntimeProbe(True, 1, "the stand-in NPU")

@@ -25,6 +25,8 @@ os.environ.setdefault("VLLM_PLUGINS", "")
 
 # The shaped checkpoints, the corpus and the useful-FLOP count are the tests' (tests/backend/test_step_shapes.py).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import upstream_prefill
 from corpus import mixed_length
 from model_builders import build_bert_base_shaped, build_qwen3_shaped, minilm_path
 from reference import useful_flops
@@ -42,7 +44,7 @@ def shaped(kind: str, root: Path) -> Path:
     return path if (path / "config.json").is_file() else BUILDERS[kind](path)
 
 
-def engine(path: Path, **settings):
+def engine(path: Path, engine_kwargs: dict | None = None, **settings):
     from rbln_retrieval import PoolingEngine
 
     return PoolingEngine(
@@ -51,7 +53,7 @@ def engine(path: Path, **settings):
         dtype="float32",
         runner="bundled",
         strict_shapes=True,
-        engine_kwargs={"additional_config": {"rbln_retrieval": settings}},
+        engine_kwargs=engine_kwargs or {"additional_config": {"rbln_retrieval": settings}},
     )
 
 
@@ -85,7 +87,8 @@ def measure(kind: str, root: Path, texts: list[str]) -> dict:
         "steps": h["steps"],
         "largest_activation_mib": largest,
     }
-    with engine(path, kernels="static", one_request_per_step=True) as upstream:
+    upstream_kwargs = upstream_prefill.engine_kwargs(path, static=True, settings={"kernels": "static"})
+    with engine(path, upstream_kwargs) as upstream:
         upstream.embed(texts)
         u = upstream.stats()
         out["upstream"] = {

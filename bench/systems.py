@@ -1,7 +1,8 @@
 """The systems under test, behind one small interface: embed documents, embed one query, score pairs.
 
 - rbln-retrieval: ``PoolingEngine`` with the bundled runner (its default), with ``runner="stock"`` (vLLM's own
-  CPU runner), and with upstream vllm-rbln's prefill (one request per step, padded) reproduced by a setting;
+  CPU runner), and with upstream vllm-rbln's prefill (one request per step, padded) reproduced by explicit
+  settings (bench/upstream_prefill.py);
 - sentence-transformers: ``SentenceTransformer`` / ``CrossEncoder`` in float32 and in bfloat16 (its fastest
   setting on a CPU with AVX512_BF16), ``encode(batch_size=32)``, which already sorts by length.
 """
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import upstream_prefill
 
 
 @dataclass
@@ -23,6 +25,7 @@ class Spec:
     kind: str  # "rbln" or "st"
     dtype: str  # "bfloat16" or "float32"
     options: dict[str, Any] = field(default_factory=dict)
+    upstream_prefill: bool = False  # one request per step padded to max_length (bench/upstream_prefill.py)
 
     def build(self, path: Path, cross_encoder: bool) -> System:
         if self.kind == "rbln":
@@ -58,7 +61,10 @@ class RBLNSystem(System):
         from rbln_retrieval import PoolingEngine
 
         self.spec = spec
-        self.engine = PoolingEngine(path, device="cpu", dtype=spec.dtype, **spec.options)
+        options = dict(spec.options)
+        if spec.upstream_prefill:
+            options["engine_kwargs"] = upstream_prefill.engine_kwargs(path, max_length=options.get("max_length"))
+        self.engine = PoolingEngine(path, device="cpu", dtype=spec.dtype, **options)
 
     def embed(self, texts: list[str]) -> np.ndarray:
         return self.engine.embed(texts)
@@ -121,12 +127,7 @@ def specs(dtype_best: str) -> dict[str, Spec]:
             Spec(f"rbln-retrieval bundled {tag}", "rbln", dtype_best),
             Spec("rbln-retrieval bundled fp32", "rbln", "float32"),
             Spec(f"rbln-retrieval stock runner {tag}", "rbln", dtype_best, {"runner": "stock"}),
-            Spec(
-                f"one request/step padded {tag}",
-                "rbln",
-                dtype_best,
-                {"engine_kwargs": {"additional_config": {"rbln_retrieval": {"one_request_per_step": True}}}},
-            ),
+            Spec(f"one request/step padded {tag}", "rbln", dtype_best, upstream_prefill=True),
             Spec("sentence-transformers fp32", "st", "float32"),
             Spec(f"sentence-transformers {tag}", "st", dtype_best),
         )

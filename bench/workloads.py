@@ -196,7 +196,7 @@ if spec["kind"] == "rbln":
     # the engine's own start.
     import torch, transformers, vllm
     import transformers.models.auto.auto_factory, vllm.config, vllm.v1.engine.llm_engine, vllm.v1.worker.cpu_worker
-    import rbln_retrieval.backend.runner, rbln_retrieval.local.inproc, rbln_retrieval.local.vllm_calls
+    import rbln_retrieval.backend.engine_core.model_runner, rbln_retrieval.local.inproc, rbln_retrieval.local.vllm_calls
     from rbln_retrieval import PoolingEngine
     print("IMPORTED", flush=True)
     tic = time.perf_counter()

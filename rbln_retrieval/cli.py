@@ -358,7 +358,7 @@ def _compile(args: argparse.Namespace) -> int:
     Rebel100: rebel's compile bundle) serve an NPU host's start with the same model, options and SDK."""
     from rbln_retrieval import PoolingEngine
     from rbln_retrieval.backend.config import CONFIG_KEY
-    from rbln_retrieval.backend.rbln_runtime import FORCE_NPU_ENV, forced_npu_name
+    from rbln_retrieval.backend.npu.rbln_runtime import FORCE_NPU_ENV, forced_npu_name
 
     if args.soc:
         print("rbln-retrieval compile: --soc is deprecated; use --npu", file=sys.stderr)

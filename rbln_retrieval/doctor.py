@@ -28,7 +28,8 @@ def report(graphs: str | None = None, device: str = "auto") -> int:
     """Print the versions, the SDK stack's match, the CPU's features, the RBLN runtime and devices and what
     device="auto" picks; with ``graphs`` (a model), also each bucket graph that model compiles to on ``device``."""
     from rbln_retrieval import cpu_features
-    from rbln_retrieval.backend import rbln_runtime, vllm_compat
+    from rbln_retrieval.backend import vllm_compat
+    from rbln_retrieval.backend.npu import rbln_runtime
     from rbln_retrieval.local.device import explain_auto
 
     rows = [("python", platform.python_version())]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rbln_retrieval import DeviceUnavailableError, ModelNotSupportedError, PoolingEngine, detect_family
-from rbln_retrieval.backend import rbln_runtime
+from rbln_retrieval.backend.npu import rbln_runtime
 
 
 def test_empty_list_returns_an_empty_matrix_without_touching_the_engine(minilm_engine, monkeypatch):

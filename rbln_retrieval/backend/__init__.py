@@ -4,6 +4,18 @@ vLLM resolves its platform afresh in every process, so activation travels in an 
 engine sets while it starts vLLM (child processes inherit it); merely installing the package activates nothing,
 so the plugin coexists with vLLM's CPU platform and with another vendor's plugin. An engine that runs vLLM inside
 the calling process claims that process's platform instead (``claim_platform``).
+
+The backend by stage, in the order data flows: ``step`` (what a step is padded to and which prompts it takes),
+``attention`` (attention over a packed step), ``graph`` (the compiled forward and pooling), ``npu`` (the RBLN SDK
+and the compile cache), ``engine_core`` (the scheduler, worker and runner vLLM's engine-core process runs). At the top
+only the plugin's own modules: this package (activation), ``platform`` (the platform vLLM resolves), ``config`` (the
+runner's settings) and ``vllm_compat`` (every private vLLM name and the SDK's pinned stack). Each stage's
+``__init__`` (each top-level module's docstring) names the stages it may import; no stage imports one that imports
+it (tests/backend/test_layout.py).
+
+May import: errors, cpu_features
+Engine libraries: vllm, torch, transformers
+Stages it may import: vllm_compat, platform
 """
 
 from __future__ import annotations

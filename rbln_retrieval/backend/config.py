@@ -1,29 +1,11 @@
-"""The bundled runner's settings: carried to the engine-core process inside vLLM's ``additional_config``.
+"""The bundled runner's settings: what the caller asks for (``RunnerSettings``, typed and checked) and what the
+engine-core process runs with (``BundledConfig``, carried there inside vLLM's ``additional_config``).
 
-Callers tune them through ``PoolingEngine(..., engine_kwargs={"additional_config": {"rbln_retrieval": {...}}})``:
+Callers tune the runner through ``PoolingEngine(..., engine_kwargs={"additional_config": {"rbln_retrieval": {...}}})``;
+``RunnerSettings`` names every key it takes, and ``engine_overrides`` turns them into vLLM engine arguments. A key it
+does not know, a choice outside its options or a number that is not one is refused in one sentence naming it.
 
-- ``max_num_batched_tokens``: tokens per step, the largest bucket (default max(max_length, 4096));
-- ``buckets``: host kernels: explicit token-count buckets (default: ``buckets.derive_buckets``, at most 16);
-- ``shapes``: static kernels: explicit ``[rows, width]`` step shapes (default: ``rows.derive_shapes``, at most 16),
-  each width a multiple of 64; ``row_width``: the width of multi-row shapes (default 256);
-- ``host_row_width``: host kernels, layers vLLM's CPU attention kernel does not take only: prompts of up to this
-  many tokens (64 is the measured choice) share rows and one block-diagonal masked attention call per layer
-  (``host_attention``): 5x on batches of short queries here, but a short text's vector then depends on its step's
-  other prompts by float rounding (about 1e-7), so it is off (0) unless asked for;
-- ``step_cost_tokens``: a step's fixed cost in tokens, which the packing scheduler weighs against padding
-  (default 64; raise it where a graph launch costs more than that much compute);
-- ``kernels``: "host" (the host default: vLLM's CPU attention kernel over the step, else torch's fused CPU attention
-  per packed prompt, and vLLM's C RMSNorm,
-  called outside the graph, and BERT blocks' GELU and residual adds written in place) or "static" (everything in
-  torch ops traced into the bucket graph, masked bucket attention included: what the NPU compiles, and always used
-  there);
-- ``host_compile_backend``: "none" (default: the host runs the same bucket-shaped forward without tracing it),
-  "eager" (dynamo traces one graph per bucket) or "inductor"; ``strict_shapes`` always traces;
-- ``one_request_per_step``: reproduce upstream vllm-rbln's prefill (one prompt per step padded to max_length);
-- ``npu``: rbln target only: the NPU to build for (default: RBLN_FORCE_NPU_NAME, else the NPU's own name); its
-  family picks the compile route (``rbln_runtime.family_of``);
-- ``compile_only``: rbln target only: compile and cache every bucket graph for ``npu`` on a host without an NPU
-  (``rbln-retrieval compile``); the graphs' outputs are meaningless there.
+Stages it may import: step, vllm_compat
 """
 
 from __future__ import annotations
@@ -31,12 +13,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass, field
+import warnings
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-from rbln_retrieval.backend import rows as row_shapes
-from rbln_retrieval.backend.buckets import derive_buckets
+from rbln_retrieval.backend.step import rows as row_shapes
+from rbln_retrieval.backend.step.buckets import derive_buckets
 from rbln_retrieval.backend.vllm_compat import NATIVE_CUSTOM_OPS
 
 CONFIG_KEY = "rbln_retrieval"
@@ -44,6 +28,90 @@ DEFAULT_MAX_TOKENS_PER_STEP = 4096
 # A step's fixed cost (graph launch, step bookkeeping) in tokens of compute: the packing scheduler splits a
 # partly filled step into smaller buckets only where that saves more padding than the extra steps cost.
 DEFAULT_STEP_COST_TOKENS = 64
+Kernels = Literal["host", "static"]
+HostCompileBackend = Literal["none", "eager", "inductor"]
+# Settings that no longer change what runs, accepted with a warning: what replaced each.
+DEPRECATED = {
+    "one_request_per_step": "upstream vllm-rbln's prefill is reproduced by bench/upstream_prefill.py",
+    "host_row_width": "the host attends to every prompt in its own call, so a text's vector never depends on its step",
+}
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    """The caller's ``additional_config["rbln_retrieval"]`` (less ``npu``, which the engine resolves), typed.
+
+    - ``max_num_batched_tokens``: tokens per step, the largest bucket (default max(max_length, 4096));
+    - ``buckets``: host kernels: explicit token-count buckets (default: ``step.buckets.derive_buckets``, at most 16);
+    - ``shapes``: static kernels: explicit ``[rows, width]`` step shapes (default: ``step.rows.derive_shapes``, at
+      most 16), each width a multiple of 64; ``row_width``: the width of multi-row shapes (default 256);
+    - ``step_cost_tokens``: a step's fixed cost in tokens, which the packing scheduler weighs against padding
+      (default 64; raise it where a graph launch costs more than that much compute);
+    - ``kernels``: "host" (the host default: vLLM's CPU attention kernel over the step, else torch's fused CPU
+      attention per packed prompt, and vLLM's C RMSNorm, called outside the graph, and BERT blocks' GELU and
+      residual adds written in place) or "static" (everything in torch ops traced into the bucket graph, masked
+      bucket attention included: what the NPU compiles, and always used there);
+    - ``host_compile_backend``: "none" (default: the host runs the same bucket-shaped forward without tracing it),
+      "eager" (dynamo traces one graph per bucket) or "inductor"; ``strict_shapes`` always traces;
+    - ``compile_only``: rbln target only: compile and cache every bucket graph for the NPU on a host without one
+      (``rbln-retrieval compile``); the graphs' outputs are meaningless there.
+    """
+
+    max_num_batched_tokens: int | None = None
+    buckets: tuple[int, ...] | None = None
+    shapes: tuple[tuple[int, ...], ...] | None = None
+    row_width: int | None = None
+    step_cost_tokens: int = DEFAULT_STEP_COST_TOKENS
+    kernels: Kernels = "host"
+    host_compile_backend: HostCompileBackend = "none"
+    compile_only: bool = False
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any]) -> RunnerSettings:
+        """``raw`` checked key by key: the first unknown key, bad choice or non-number is refused in one sentence."""
+        names = {f.name for f in fields(cls)}
+        unknown = set(raw) - names - set(DEPRECATED)
+        if unknown:
+            raise ValueError(f"Unknown bundled-runner settings {sorted(unknown)} in additional_config[{CONFIG_KEY!r}].")
+        for name in sorted(set(raw) & set(DEPRECATED)):
+            warnings.warn(f"{name} is deprecated and ignored: {DEPRECATED[name]}.", DeprecationWarning, stacklevel=4)
+        values: dict[str, Any] = {}
+        for name in (f.name for f in fields(cls) if f.name in raw):
+            value = raw[name]
+            if name in ("kernels", "host_compile_backend"):
+                options = get_args(Kernels if name == "kernels" else HostCompileBackend)
+                if value not in options:
+                    raise ValueError(f"{_named(name, value)} is not one of {', '.join(map(repr, options))}.")
+            elif name == "compile_only":
+                if not isinstance(value, bool):
+                    raise ValueError(f"{_named(name, value)} is not true or false.")
+            elif name == "buckets":
+                value = tuple(_integer(name, b, least=1) for b in _sequence(name, value))
+            elif name == "shapes":
+                value = tuple(tuple(_integer(name, x) for x in _sequence(name, s)) for s in _sequence(name, value))
+            elif value is not None or name not in ("max_num_batched_tokens", "row_width"):
+                value = _integer(name, value, least=0 if name == "step_cost_tokens" else 1)
+            values[name] = value
+        return cls(**values)
+
+
+def _named(name: str, value: Any) -> str:
+    return f"{name}={value!r} in additional_config[{CONFIG_KEY!r}]"
+
+
+def _integer(name: str, value: Any, least: int | None = None) -> int:
+    whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    if isinstance(value, bool) or not whole:
+        raise ValueError(f"{_named(name, value)} is not a whole number.")
+    if least is not None and value < least:
+        raise ValueError(f"{_named(name, value)} is below {least}.")
+    return int(value)
+
+
+def _sequence(name: str, value: Any) -> list[Any]:
+    if isinstance(value, (str, bytes, Mapping)) or not hasattr(value, "__iter__"):
+        raise ValueError(f"{_named(name, value)} is not a list.")
+    return list(value)
 
 
 def compile_only(engine_kwargs: dict[str, Any]) -> bool:
@@ -57,20 +125,19 @@ def cache_root() -> Path:
 
 @dataclass(frozen=True)
 class BundledConfig:
+    """What the engine-core process runs with: the caller's settings resolved for the target and model (buckets or
+    row shapes chosen, the cache keyed), carried there as a plain dict in ``additional_config``."""
+
     target: Literal["host", "rbln"] = "host"
     buckets: tuple[int, ...] = ()  # tokens per graph
     rows: tuple[int, ...] = ()  # static kernels: rows per graph (its row width is bucket // rows); host: empty
     # "host": CPU kernels (vLLM's attention, else torch's per prompt; vLLM's RMSNorm); "static": torch ops only.
-    kernels: Literal["host", "static"] = "host"
+    kernels: Kernels = "host"
     # host target only: the torch.compile backend that runs the graphs ("eager" traces without codegen). "none"
-    # skips tracing: about 0.5 s per bucket at every start, and the CPU gains nothing from an uncompiled trace.
-    host_compile_backend: Literal["none", "eager", "inductor"] = "none"
+    # skips tracing, which costs time per bucket at every start and gains the CPU nothing without codegen.
+    host_compile_backend: HostCompileBackend = "none"
     strict_shapes: bool = False
-    # Upstream vllm-rbln's prefill: one request per step padded to a single bucket (for comparison only).
-    one_request_per_step: bool = False
     step_cost_tokens: int = DEFAULT_STEP_COST_TOKENS
-    # host kernels: prompts up to this many tokens share rows and one masked attention call per layer (0: off)
-    host_row_width: int = 0
     compile_only: bool = False
     cache_key: dict[str, Any] = field(default_factory=dict)
     # The rbln target's pins: keyed, so builds for other NPUs, SDKs and snapshots coexist, and checked against the
@@ -124,30 +191,29 @@ class BundledConfig:
         return Path(self.cache_root or cache_root()) / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
 
-TUNABLE = (
-    "kernels",
-    "host_compile_backend",
-    "one_request_per_step",
-    "step_cost_tokens",
-    "compile_only",
-    "host_row_width",
-)
-
-
-def _static_shapes(settings: dict[str, Any], max_length: int, max_tokens: int | None) -> list[row_shapes.Shape]:
-    """The static kernels' step shapes: explicit ``shapes``, upstream's single prompt per step, or derived."""
-    if "buckets" in settings:
+def _static_shapes(settings: RunnerSettings, max_length: int) -> list[row_shapes.Shape]:
+    """The static kernels' step shapes: explicit ``shapes``, or derived."""
+    if settings.buckets is not None:
         raise ValueError(
             "buckets sets the host kernels' token counts; static kernels (and device='rbln') take "
             "shapes=[[rows, width], ...] instead."
         )
-    width = int(settings.pop("row_width", row_shapes.DEFAULT_ROW_WIDTH))
-    explicit = settings.pop("shapes", None)
-    if settings.get("one_request_per_step"):
-        return [(1, row_shapes.align(max_length))]
-    if explicit:
-        return row_shapes.check_shapes(explicit, max_length)
-    return row_shapes.derive_shapes(max_length, max_tokens or row_shapes.DEFAULT_ROW_STEP, width)
+    if settings.shapes:
+        return row_shapes.check_shapes(settings.shapes, max_length)
+    width = row_shapes.DEFAULT_ROW_WIDTH if settings.row_width is None else settings.row_width
+    return row_shapes.derive_shapes(max_length, settings.max_num_batched_tokens or row_shapes.DEFAULT_ROW_STEP, width)
+
+
+def _host_buckets(settings: RunnerSettings, max_length: int) -> list[int]:
+    """The host kernels' token-count buckets: explicit ``buckets``, or derived up to the step's budget."""
+    for name in ("shapes", "row_width"):
+        if getattr(settings, name) is not None:
+            raise ValueError(f"{name} shapes the static kernels' steps; the host kernels take buckets.")
+    max_tokens = settings.max_num_batched_tokens or max(max_length, DEFAULT_MAX_TOKENS_PER_STEP)
+    buckets = sorted(set(settings.buckets or derive_buckets(max_length, max_tokens)))
+    if buckets[-1] < max_length:
+        raise ValueError(f"buckets {buckets} must be positive and reach max_length={max_length}.")
+    return buckets
 
 
 def engine_overrides(
@@ -157,64 +223,48 @@ def engine_overrides(
     model: str,
     dtype: str,
     strict_shapes: bool,
-    user: dict[str, Any],
+    user: Mapping[str, Any],
     npu: str | None = None,
     sdk: str = "",
     snapshot: str = "",
 ) -> dict[str, Any]:
     """vLLM engine arguments for the bundled runner; ``user`` holds the caller's ``additional_config`` entry (less
-    ``npu``), ``npu``, ``sdk`` and ``snapshot`` what the rbln target builds for (keyed, and pinned in the cache's
-    manifest)."""
-    settings = dict(user)
-    one_per_step = bool(settings.get("one_request_per_step", False))
+    ``npu``, read as ``RunnerSettings``), ``npu``, ``sdk`` and ``snapshot`` what the rbln target builds for (keyed,
+    and pinned in the cache's manifest)."""
+    settings = RunnerSettings.parse(user)
     # The NPU cannot run host kernels: it always takes the static path.
-    static = target == "rbln" or settings.get("kernels") == "static"
-    if target == "rbln":
-        settings["kernels"] = "static"
-    user_tokens = settings.pop("max_num_batched_tokens", None)
+    static = target == "rbln" or settings.kernels == "static"
     row_counts: tuple[int, ...] = ()
     if static:
-        shapes = _static_shapes(settings, max_length, None if user_tokens is None else int(user_tokens))
+        shapes = _static_shapes(settings, max_length)
         buckets, row_counts = [r * w for r, w in shapes], tuple(r for r, _ in shapes)
     else:
-        for name in ("shapes", "row_width"):
-            if name in settings:
-                raise ValueError(f"{name} shapes the static kernels' steps; the host kernels take buckets.")
-        max_tokens = int(user_tokens or max(max_length, DEFAULT_MAX_TOKENS_PER_STEP))
-        if one_per_step:
-            # Upstream pads every prefill to one size; max_length is the smallest size that holds any prompt.
-            max_tokens = max_length
-        buckets = settings.pop("buckets", None) or derive_buckets(max_length, max_tokens)
-        buckets = sorted({int(b) for b in buckets})
-        if one_per_step:
-            buckets = [max_tokens]
-        if buckets[-1] < max_length or buckets[0] <= 0:
-            raise ValueError(f"buckets {buckets} must be positive and reach max_length={max_length}.")
+        buckets = _host_buckets(settings, max_length)
+    if settings.compile_only and target != "rbln":
+        raise ValueError("compile_only compiles for an NPU; it needs device='rbln'.")
     from vllm import __version__ as vllm_version
 
     bundled = BundledConfig(
         target=target,  # type: ignore[arg-type]
         buckets=tuple(buckets),
         rows=row_counts,
+        kernels="static" if static else "host",
+        host_compile_backend=settings.host_compile_backend,
         strict_shapes=strict_shapes,
+        step_cost_tokens=settings.step_cost_tokens,
+        compile_only=settings.compile_only,
         cache_key={"model": model, "dtype": dtype, "max_length": max_length, "vllm": vllm_version},
         npu=npu,
         sdk=sdk,
         snapshot=snapshot,
         cache_root=str(cache_root()),
-        **{k: v for k, v in settings.items() if k in TUNABLE},
     )
-    unknown = set(settings) - set(TUNABLE)
-    if unknown:
-        raise ValueError(f"Unknown bundled-runner settings {sorted(unknown)} in additional_config[{CONFIG_KEY!r}].")
-    if bundled.compile_only and target != "rbln":
-        raise ValueError("compile_only compiles for an NPU; it needs device='rbln'.")
     native = {"compilation_config": {"custom_ops": NATIVE_CUSTOM_OPS}} if static else {}
     return {
         **native,
-        "worker_cls": "rbln_retrieval.backend.worker.BundledWorker",
+        "worker_cls": "rbln_retrieval.backend.engine_core.worker.BundledWorker",
         # Fills each step's budget before the runner pads it to a bucket.
-        "scheduler_cls": "rbln_retrieval.backend.packing.PackingScheduler",
+        "scheduler_cls": "rbln_retrieval.backend.engine_core.scheduler.PackingScheduler",
         # The runner compiles its own static graphs; vLLM's dynamic-shape compilation stays off.
         "enforce_eager": True,
         # Causal pooling models would otherwise get both on, putting KV context into steps; a context-free
@@ -222,7 +272,6 @@ def engine_overrides(
         "enable_chunked_prefill": False,
         "enable_prefix_caching": False,
         "max_num_batched_tokens": max(buckets),
-        **({"max_num_seqs": 1} if one_per_step else {}),
         "additional_config": {
             CONFIG_KEY: {**asdict(bundled), "buckets": list(bundled.buckets), "rows": list(bundled.rows)}
         },

@@ -2,6 +2,8 @@
 
 The plugin loads in every vLLM process of an engine started with the activation variable set, but an engine
 whose config does not carry the bundled settings (``runner="stock"``) gets exactly vLLM's CPU platform.
+
+Stages it may import: config, graph, vllm_compat
 """
 
 from __future__ import annotations
@@ -11,10 +13,11 @@ from typing import Any
 from vllm.platforms.cpu import CpuPlatform
 from vllm.platforms.interface import CpuArchEnum
 
+from rbln_retrieval.backend import vllm_compat
 from rbln_retrieval.backend.config import BundledConfig
 
-WORKER = "rbln_retrieval.backend.worker.BundledWorker"
-ATTENTION = "rbln_retrieval.backend.attention.PackedAttentionBackend"
+WORKER = "rbln_retrieval.backend.engine_core.worker.BundledWorker"
+ATTENTION = "rbln_retrieval.backend.attention.backend.PackedAttentionBackend"
 
 
 class BundledPlatform(CpuPlatform):
@@ -32,26 +35,22 @@ class BundledPlatform(CpuPlatform):
         capability cap this process loads the AVX2 build, so the whole process computes as that CPU class."""
         from rbln_retrieval import cpu_features
 
-        if not (cpu_features.capped_to_avx2() and cls.get_cpu_architecture() == CpuArchEnum.X86):
-            return super().import_kernels()
-        try:
-            import vllm._C_AVX2  # noqa: F401
-        except ImportError as exc:
-            # The library loads and registers its ops even though Python finds no module init in it.
-            if "does not define module export function" not in str(exc):
-                raise
+        if cpu_features.capped_to_avx2() and cls.get_cpu_architecture() == CpuArchEnum.X86:
+            vllm_compat.load_avx2_kernels()
+        else:
+            super().import_kernels()
 
     @classmethod
     def import_ir_kernels(cls) -> None:
         super().import_ir_kernels()
-        import rbln_retrieval.backend.host_kernels  # noqa: F401  (registers the CPU RMSNorm implementations)
+        import rbln_retrieval.backend.graph.host_kernels  # noqa: F401  (registers the CPU RMSNorm implementations)
 
     @classmethod
     def get_default_ir_op_priority(cls, vllm_config: Any) -> Any:
         """vLLM's C RMSNorm kernels first for host kernels; the NPU's graphs keep the torch implementation."""
         priority = super().get_default_ir_op_priority(vllm_config)
         if BundledConfig.requested(vllm_config) and BundledConfig.from_vllm_config(vllm_config).kernels == "host":
-            from rbln_retrieval.backend.host_kernels import PROVIDER
+            from rbln_retrieval.backend.graph.host_kernels import PROVIDER
 
             priority.rms_norm = [PROVIDER, *priority.rms_norm]
             priority.fused_add_rms_norm = [PROVIDER, *priority.fused_add_rms_norm]

@@ -11,8 +11,13 @@ name each hook.
 - In-process engines (rbln_retrieval.local.inproc): several vLLM engines in one process, which vLLM's process-wide
   caches and teardown do not expect; a teardown that collects garbage once, not at each of vLLM's steps.
 - Import-time state that outlives its use (``drop_import_error_tracebacks``).
+- vLLM's private kernel modules the host kernels call: its C ops (``torch.ops._C``), its CPU attention ops
+  (``vllm._custom_ops``) and ISA choice (``_get_attn_isa``), its AVX2 kernel build (``vllm._C_AVX2``). No other
+  module of the package names a private vLLM module or attribute (tests/backend/test_layout.py).
 
 Imports only the standard library at module level; vLLM and torch inside the functions that touch them.
+
+Stages it may import: nothing
 """
 
 from __future__ import annotations
@@ -224,3 +229,35 @@ def drop_import_error_tracebacks() -> None:
     error = getattr(audio, "_torchcodec_import_exc", None)
     if isinstance(error, BaseException):
         error.__traceback__ = None
+
+
+def c_ops() -> Any:
+    """vLLM's compiled C ops (``torch.ops._C``), once the platform has loaded its kernel library."""
+    import torch
+
+    return torch.ops._C
+
+
+def cpu_attention_ops() -> Any:
+    """vLLM's CPU attention ops (``cpu_attn_get_scheduler_metadata``, ``cpu_attn_reshape_and_cache``,
+    ``cpu_attention_with_kv_cache``)."""
+    from vllm import _custom_ops
+
+    return _custom_ops
+
+
+def cpu_attention_isa(dtype: Any, block_size: int, head_size: int) -> str:
+    """The ISA vLLM's CPU attention kernel runs with for such a layer ("amx", "vec", ...)."""
+    from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
+
+    return str(_get_attn_isa(dtype, block_size, head_size))
+
+
+def load_avx2_kernels() -> None:
+    """Load vLLM's AVX2 kernel build (which registers its ops) in place of the build the hardware would pick."""
+    try:
+        import vllm._C_AVX2  # noqa: F401
+    except ImportError as exc:
+        # The library loads and registers its ops even though Python finds no module init in it.
+        if "does not define module export function" not in str(exc):
+            raise

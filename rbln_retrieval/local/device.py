@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from typing import Literal
 
-from rbln_retrieval.backend import rbln_runtime
+from rbln_retrieval.backend.npu import rbln_runtime
 
 logger = logging.getLogger(__name__)
 

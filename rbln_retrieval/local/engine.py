@@ -145,7 +145,7 @@ class PoolingEngine(ImageEmbedding):
     def stats(self) -> dict[str, Any]:
         """The model's identity (``{"id", "commit"}`` for a hub snapshot, else ``{"path"}``) and the bundled
         runner's counters since warmup: buckets, steps, useful/computed tokens, compiles, graph breaks (see
-        rbln_retrieval.backend.runner); the stock runner keeps none and reports only its name."""
+        rbln_retrieval.backend.engine_core.model_runner); the stock runner keeps none and reports only its name."""
         if self.options.runner == "stock":
             return {"runner": "stock", "model": self.source.identity}
         return {**self._loop.run(self._stats()), "model": self.source.identity}

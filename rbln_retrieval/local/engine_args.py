@@ -59,9 +59,9 @@ def vllm_engine_kwargs(
     target = options.target(device)
     if target is None:
         return _stock_kwargs(model_dir, family, options, dtype, extra)
-    from rbln_retrieval.backend import rbln_runtime
-    from rbln_retrieval.backend.artifacts import CONTENT_HASHES, snapshot_fingerprint
     from rbln_retrieval.backend.config import CONFIG_KEY, cache_root, engine_overrides
+    from rbln_retrieval.backend.npu import rbln_runtime
+    from rbln_retrieval.backend.npu.artifacts import CONTENT_HASHES, snapshot_fingerprint
 
     additional = dict(extra.pop("additional_config", None) or {})
     settings = dict(additional.pop(CONFIG_KEY, None) or {})
@@ -93,8 +93,8 @@ def vllm_engine_kwargs(
 def _check_artifacts(settings: dict[str, Any], model: str) -> None:
     """Refuse, before vLLM starts, a compile cache built for another NPU, SDK or snapshot (the compile command
     replaces it instead)."""
-    from rbln_retrieval.backend import artifacts
     from rbln_retrieval.backend.config import BundledConfig
+    from rbln_retrieval.backend.npu import artifacts
 
     config = BundledConfig(**{**settings, "buckets": tuple(settings["buckets"])})
     artifacts.check(config.cache_dir(), artifacts.pins_for(config), model=model, rebuild=config.compile_only)

@@ -64,7 +64,7 @@ async def start_vllm(
 
     kwargs = vllm_engine_kwargs(model, family, options, device=device, model_key=str(source))
     if family.spec.registers_splade:  # engine processes are forked: they inherit the registration
-        from rbln_retrieval.backend import splade
+        from rbln_retrieval.backend.graph import splade
 
         splade.register()
     # vLLM's CPU platform allows the uni executor only with multiprocessing off; the thread variables reach only a

@@ -148,7 +148,7 @@ class FamilySpec:
     pair_template: PairTemplate | None = None  # Scoring.TEMPLATE only
     matryoshka: bool = False
     vocabulary_row: bool = False  # the "embed" task's one vocabulary-sized row is its sparse vector (SPLADE)
-    registers_splade: bool = False  # vLLM needs the bundled backend's SPLADE model (rbln_retrieval.backend.splade)
+    registers_splade: bool = False  # vLLM needs the bundled backend's SPLADE model (backend.graph.splade)
     loads_pickle_heads: bool = False  # heads shipped only as .pt state dicts (read by torch's weights-only unpickler)
     refuse_output: str | None = None  # sentence for an output it lacks: {model}, {output}, {missing} (the head)
     npu_note: str | None = None  # what the NPU runner does with its token-level outputs, when not the usual

@@ -9,7 +9,7 @@ forward. vLLM serves one task per request, so dense + sparse cost one forward an
 A ColBERT checkpoint (vLLM's ColBERTModel) has multi-vectors only: "token_embed" gives its
 projection of every token, [CLS] and [SEP] included, normalized.
 
-A SPLADE checkpoint (rbln_retrieval.backend.splade) has sparse vectors only: its "embed" task gives
+A SPLADE checkpoint (backend/graph/splade.py) has sparse vectors only: its "embed" task gives
 one vocabulary-sized row, per id the largest log(1 + relu(MLM logit)) over the text's tokens ([CLS] and [SEP]
 included, as sentence-transformers' SpladePooling); the ids above zero, special tokens included, are its
 {token_id: weight}, the type bge-m3's sparse output has.

@@ -15,7 +15,7 @@ from model_builders import minilm_path, remote_code_options
 from npu import STANDIN, start_rbln
 
 from rbln_retrieval import PoolingEngine
-from rbln_retrieval.backend import rbln_runtime
+from rbln_retrieval.backend.npu import rbln_runtime
 
 SETTINGS = {"max_num_batched_tokens": 1024}
 

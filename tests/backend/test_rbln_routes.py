@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from rbln_retrieval.backend import rbln_runtime
-from rbln_retrieval.backend.compile import RecordingBackend
+from rbln_retrieval.backend.graph.compile import RecordingBackend
+from rbln_retrieval.backend.npu import rbln_runtime
 from rbln_retrieval.errors import DeviceUnavailableError
 
 NPU_OF_ROUTE = {"aot": "RBLN-CA25", "torch.compile": "RBLN-CR13"}

@@ -27,10 +27,10 @@ from model_builders import minilm_path
 from npu import NPUS, rbln_options, start_rbln
 
 from rbln_retrieval import PoolingEngine, backend
-from rbln_retrieval.backend import rbln_runtime
-from rbln_retrieval.backend.artifacts import ArtifactMismatchError
-from rbln_retrieval.backend.compile import recording_backend
 from rbln_retrieval.backend.config import BundledConfig
+from rbln_retrieval.backend.graph.compile import recording_backend
+from rbln_retrieval.backend.npu import rbln_runtime
+from rbln_retrieval.backend.npu.artifacts import ArtifactMismatchError
 from rbln_retrieval.cli import main
 from rbln_retrieval.errors import DeviceUnavailableError
 
@@ -223,7 +223,7 @@ def overwrite_every_weight(path: Path) -> None:
 def test_snapshot_hashes_the_content_once_and_again_after_a_change_in_place(tmp_path, monkeypatch):
     import hashlib
 
-    from rbln_retrieval.backend.artifacts import snapshot_fingerprint
+    from rbln_retrieval.backend.npu.artifacts import snapshot_fingerprint
 
     model = tmp_path / "model"
     model.mkdir()
@@ -286,7 +286,7 @@ def test_device_rbln_starts_vllm_with_the_static_graph_settings(standin_rebel, m
     settings = args.additional_config["rbln_retrieval"]
     assert (settings["target"], settings["kernels"], settings["npu"]) == ("rbln", "static", "RBLN-CA25")
     assert args.compilation_config.custom_ops == ["none"], "vLLM's custom ops run their torch-native forward"
-    assert args.worker_cls == "rbln_retrieval.backend.worker.BundledWorker"
+    assert args.worker_cls == "rbln_retrieval.backend.engine_core.worker.BundledWorker"
     assert args.enable_chunked_prefill is False and args.enable_prefix_caching is False
     assert started["shutdown"]
 

@@ -20,9 +20,9 @@ from model_builders import build_bert_base_shaped, build_qwen3_shaped, minilm_pa
 from npu import start_rbln
 from reference import useful_flops
 
-from rbln_retrieval.backend import rows
-from rbln_retrieval.backend.attention import packed_attention
+from rbln_retrieval.backend.attention.backend import packed_attention
 from rbln_retrieval.backend.config import engine_overrides
+from rbln_retrieval.backend.step import rows
 
 TEXTS = mixed_length(80)  # one word to thousands (truncated at max_length)
 

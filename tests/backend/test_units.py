@@ -12,9 +12,10 @@ import torch.nn.functional as F
 from tolerances import FP32_ACROSS_KERNELS, rounding_bound
 
 from rbln_retrieval import backend
-from rbln_retrieval.backend.config import BundledConfig, derive_buckets, engine_overrides
-from rbln_retrieval.backend.packing import choose_budget, pack_front
-from rbln_retrieval.backend.pooling import pooling_weights
+from rbln_retrieval.backend.config import BundledConfig, RunnerSettings, engine_overrides
+from rbln_retrieval.backend.graph.pooling import pooling_weights
+from rbln_retrieval.backend.step.buckets import derive_buckets
+from rbln_retrieval.backend.step.packing import choose_budget, pack_front
 
 
 def test_plugin_is_off_unless_an_engine_activates_it(monkeypatch):
@@ -57,21 +58,59 @@ def test_engine_overrides_turn_context_off_and_key_the_cache():
     assert kw["enable_chunked_prefill"] is False and kw["enable_prefix_caching"] is False
     assert kw["enforce_eager"] is True and kw["max_num_batched_tokens"] == 4096
     bundled = BundledConfig(**{**kw["additional_config"]["rbln_retrieval"]})
+    # Upstream vllm-rbln's prefill as bench/upstream_prefill.py asks for it: one bucket of max_length tokens.
     upstream = engine_overrides(
         target="host",
         max_length=256,
         model="/m/minilm",
         dtype="float32",
         strict_shapes=False,
-        user={"one_request_per_step": True},
+        user={"buckets": [256], "max_num_batched_tokens": 256},
     )
-    assert upstream["max_num_seqs"] == 1 and upstream["additional_config"]["rbln_retrieval"]["buckets"] == [256]
+    assert upstream["max_num_batched_tokens"] == 256 and upstream["additional_config"]["rbln_retrieval"]["buckets"] == [
+        256
+    ]
     other = BundledConfig(**upstream["additional_config"]["rbln_retrieval"])
     assert bundled.cache_dir() != other.cache_dir() and bundled.cache_dir().name.startswith("minilm-")
     with pytest.raises(ValueError, match="Unknown bundled-runner settings"):
         engine_overrides(
             target="host", max_length=256, model="m", dtype="auto", strict_shapes=False, user={"bucket": 1}
         )
+
+
+def test_runner_settings_refuse_a_bad_value_in_one_sentence_naming_it():
+    assert RunnerSettings.parse({}) == RunnerSettings()
+    parsed = RunnerSettings.parse({"buckets": [64, 512.0], "kernels": "static", "step_cost_tokens": 0})
+    assert parsed.buckets == (64, 512) and parsed.kernels == "static" and parsed.step_cost_tokens == 0
+    for raw, message in [
+        ({"bucket": 1}, r"Unknown bundled-runner settings \['bucket'\] in additional_config\['rbln_retrieval'\]\."),
+        (
+            {"kernels": "gpu"},
+            r"kernels='gpu' in additional_config\['rbln_retrieval'\] is not one of 'host', 'static'\.",
+        ),
+        ({"host_compile_backend": "tvm"}, r"host_compile_backend='tvm' .* is not one of 'none', 'eager', 'inductor'"),
+        ({"step_cost_tokens": "64"}, r"step_cost_tokens='64' .* is not a whole number\."),
+        ({"max_num_batched_tokens": 1.5}, r"max_num_batched_tokens=1.5 .* is not a whole number\."),
+        ({"max_num_batched_tokens": float("inf")}, r"max_num_batched_tokens=inf .* is not a whole number\."),
+        ({"step_cost_tokens": -1}, r"step_cost_tokens=-1 .* is below 0\."),
+        ({"buckets": [64, 0]}, r"buckets=0 .* is below 1\."),
+        ({"buckets": 512}, r"buckets=512 .* is not a list\."),
+        ({"compile_only": "yes"}, r"compile_only='yes' .* is not true or false\."),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            RunnerSettings.parse(raw)
+
+
+@pytest.mark.parametrize("name", ["one_request_per_step", "host_row_width"])
+def test_settings_that_left_production_are_ignored_with_a_warning(name):
+    def overrides(user):
+        return engine_overrides(
+            target="host", max_length=256, model="m", dtype="float32", strict_shapes=False, user=user
+        )
+
+    with pytest.warns(DeprecationWarning, match=f"{name} is deprecated and ignored"):
+        deprecated = overrides({name: 64})
+    assert deprecated == overrides({})
 
 
 class _Prompt:
@@ -124,7 +163,7 @@ def test_step_budget_is_the_cheapest_bucket_for_what_waits():
 
 def test_engine_overrides_schedule_with_packing():
     kw = engine_overrides(target="host", max_length=256, model="m", dtype="float32", strict_shapes=False, user={})
-    assert kw["scheduler_cls"] == "rbln_retrieval.backend.packing.PackingScheduler"
+    assert kw["scheduler_cls"] == "rbln_retrieval.backend.engine_core.scheduler.PackingScheduler"
 
 
 def test_pooling_weights_are_zero_on_padding():
@@ -166,7 +205,7 @@ ATTENTION_CASES = [(causal, window) for window in (None, 3, 129) for causal in (
 
 @pytest.mark.parametrize(("causal", "window"), ATTENTION_CASES)
 def test_static_attention_matches_per_sequence_attention(causal, window):
-    from rbln_retrieval.backend import attention
+    from rbln_retrieval.backend.attention import masked as attention
 
     torch.manual_seed(0)
     lengths, bucket = [5, 1, 700, 37], 1024  # 700 spans two query tiles
@@ -180,17 +219,15 @@ def test_static_attention_matches_per_sequence_attention(causal, window):
     assert torch.isfinite(out[real:]).all(), "padding rows feed later layers and must stay finite"
 
 
-# Host steps: short prompts sharing rows with a long one alone between them (mixed), short prompts only (their
-# results land in order), and one prompt (no rows: one unmasked call).
+# Host steps: short prompts with long ones between them (mixed), short prompts only, and one prompt.
 HOST_STEPS = {"mixed": [5, 1, 300, 37, 200, 90], "short": [5, 1, 37, 200, 90, 64], "single": [37]}
 
 
 def _kernel_shape(dtype, window=None, heads=4, kv_heads=2):
-    from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
+    from rbln_retrieval.backend import vllm_compat
+    from rbln_retrieval.backend.attention import host as host_attention
 
-    from rbln_retrieval.backend import host_attention
-
-    isa = _get_attn_isa(dtype, 128, 32)
+    isa = vllm_compat.cpu_attention_isa(dtype, 128, 32)
     return host_attention.KernelShape(heads, kv_heads, 32, dtype, -1 if window is None else window, isa, 128)
 
 
@@ -198,9 +235,9 @@ def _kernel_shape(dtype, window=None, heads=4, kv_heads=2):
 @pytest.mark.parametrize("step", sorted(HOST_STEPS))
 @pytest.mark.parametrize(("causal", "window"), ATTENTION_CASES)
 def test_host_attention_matches_per_sequence_attention(causal, window, step, kernel):
-    """The host path, through torch's fused attention (short prompts in rows) or vLLM's CPU kernel over the step:
+    """The host path, through torch's fused attention per prompt or vLLM's CPU kernel over the step:
     grouped-query heads, a one-token prompt, a prompt over one cache block, padding rows left for the caller."""
-    from rbln_retrieval.backend import host_attention
+    from rbln_retrieval.backend.attention import host as host_attention
 
     torch.manual_seed(0)
     lengths, bucket = HOST_STEPS[step], 1024
@@ -210,8 +247,7 @@ def test_host_attention_matches_per_sequence_attention(causal, window, step, ker
         shape = _kernel_shape(torch.float32, window)
         plan = host_attention.kernel_plan(shape, torch.tensor(starts), causal)
     else:
-        plan = host_attention.plan(list(itertools.pairwise(starts.tolist())), bucket, causal, row_width=256)
-        assert (plan.batch is None) == (step == "single")
+        plan = host_attention.HostPlan(list(itertools.pairwise(starts.tolist())))
     out = torch.full((bucket, 4, 32), float("nan"))
     host_attention.attend(q, k, v, plan, causal, 0.17, out, window)
     real = sum(lengths)
@@ -220,35 +256,17 @@ def test_host_attention_matches_per_sequence_attention(causal, window, step, ker
     assert out[real:].isnan().all(), "rows past the prompts are not written"
 
 
-def test_host_row_attention_in_bfloat16_is_within_rounding_of_per_prompt_calls():
-    """One masked call over rows against one call per prompt, both bf16 through the same fused kernel: masked keys
-    weigh exactly zero, so they differ by the order of the kernel's sums only."""
-    from rbln_retrieval.backend import host_attention
-
-    torch.manual_seed(0)
-    lengths = [140, 3, 256, 77, 12, 200, 31]
-    starts = np.concatenate([[0], np.cumsum(lengths)]).tolist()
-    bounds, bucket = list(itertools.pairwise(starts)), 768
-    q, k, v = (torch.randn(bucket, 12, 32, dtype=torch.bfloat16) for _ in range(3))
-    rows, alone = (torch.zeros(bucket, 12, 32, dtype=torch.bfloat16) for _ in range(2))
-    plan = host_attention.plan(bounds, bucket, False, row_width=256)
-    assert plan.batch is not None and plan.batch.shape == (3, 256) and plan.batch.leading
-    host_attention.attend(q, k, v, plan, False, 32**-0.5, rows)
-    host_attention.per_prompt_attention(q, k, v, bounds, False, 32**-0.5, alone)
-    assert (rows.float() - alone.float()).abs().max() <= 2 * 2**-8 * alone.float().abs().max()
-
-
 @pytest.mark.parametrize("capability", ["", "avx2"])
 @pytest.mark.parametrize(("head_size", "dtype"), [(32, torch.bfloat16), (64, torch.float32), (40, torch.float32)])
 def test_the_host_builder_takes_vllms_kernel_on_avx512_cpus_only(monkeypatch, capability, head_size, dtype):
-    """Which attention a host step runs: vLLM's kernel (measured 1.32x a MiniLM ingest on AVX-512) wherever its
-    head sizes and the CPU allow, else torch's per prompt (``KernelShape`` None)."""
+    """Which attention a host step runs: vLLM's kernel (bench/results/hostspeed.md) wherever its head sizes and the
+    CPU allow, else torch's per prompt (``KernelShape`` None)."""
     from types import SimpleNamespace
 
     from vllm.v1.kv_cache_interface import EncoderOnlyAttentionSpec
 
     from rbln_retrieval import cpu_features
-    from rbln_retrieval.backend import attention
+    from rbln_retrieval.backend.attention import backend as attention
 
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", capability)  # "avx2": the AVX2 class, as the suite emulates it
     impl = SimpleNamespace(head_size=head_size, num_heads=4, num_kv_heads=2, sliding_window=7)
@@ -267,7 +285,7 @@ def test_vllm_kernel_host_attention_is_batch_invariant(dtype):
     """A prompt's result is bit-identical alone and among others at any place in a step (KV splitting off): the
     frameworks' and the cache's exact-equality guarantees rest on it."""
     from rbln_retrieval import cpu_features
-    from rbln_retrieval.backend import host_attention
+    from rbln_retrieval.backend.attention import host as host_attention
 
     if dtype == torch.bfloat16 and not cpu_features.avx512():
         pytest.skip("vLLM's AVX2 build rounds to bfloat16 by truncation; the host does not use it there")
@@ -296,7 +314,7 @@ def test_vllm_kernel_host_attention_is_batch_invariant(dtype):
 
 def test_a_window_changes_the_result():
     """Guards the windowed cases above against a window that is silently ignored."""
-    from rbln_retrieval.backend import attention
+    from rbln_retrieval.backend.attention import masked as attention
 
     torch.manual_seed(0)
     q, k, v = torch.randn(40, 2, 32), torch.randn(40, 2, 32), torch.randn(40, 2, 32)
@@ -307,7 +325,7 @@ def test_a_window_changes_the_result():
 
 
 def test_strict_recording_backend_raises_on_a_compile_after_warmup():
-    from rbln_retrieval.backend.compile import CompileAfterWarmupError, RecordingBackend, strict_errors
+    from rbln_retrieval.backend.graph.compile import CompileAfterWarmupError, RecordingBackend, strict_errors
 
     recorder = RecordingBackend("eager", strict=True)
     compiled = torch.compile(lambda ids, w: w @ ids.float(), backend=recorder, dynamic=False)
@@ -332,7 +350,7 @@ def test_wrapped_encoder_only_builder_takes_only_vllms_arguments():
     from vllm.v1.attention.backend import CommonAttentionMetadata
     from vllm.v1.kv_cache_interface import EncoderOnlyAttentionSpec
 
-    from rbln_retrieval.backend.attention import PackedAttentionBackend, PackedAttentionMetadataBuilder
+    from rbln_retrieval.backend.attention.backend import PackedAttentionBackend, PackedAttentionMetadataBuilder
 
     wrapped = create_encoder_only_attention_backend(PackedAttentionBackend).get_builder_cls()
     assert wrapped is not PackedAttentionMetadataBuilder and issubclass(wrapped, PackedAttentionMetadataBuilder)
@@ -341,9 +359,7 @@ def test_wrapped_encoder_only_builder_takes_only_vllms_arguments():
         kernels: wrapped(
             spec,
             [],
-            VllmConfig(
-                additional_config={"rbln_retrieval": {"buckets": [8], "kernels": kernels, "host_row_width": 64}}
-            ),
+            VllmConfig(additional_config={"rbln_retrieval": {"buckets": [8], "kernels": kernels}}),
             torch.device("cpu"),
         )
         for kernels in ("static", "host")
@@ -368,15 +384,10 @@ def test_wrapped_encoder_only_builder_takes_only_vllms_arguments():
     assert metadata.host is None
     host = builders["host"].build(0, common, False)
     assert (host.num_actual_tokens, host.num_real_tokens, host.causal) == (8, 5, False)
-    assert host.host is not None and host.host.batch is not None and host.host.batch.shape == (1, 64)
-    assert host.host.batch.source[:5].tolist() == [0, 1, 2, 3, 4] and host.host.batch.seq[0, :6].tolist() == [
-        0,
-        0,
-        0,
-        1,
-        1,
-        -6,
-    ]
+    if builders["host"].kernel is None:  # torch's attention per prompt: each prompt's token range
+        assert host.host is not None and host.host.bounds == [(0, 3), (3, 5)]
+    else:  # vLLM's CPU kernel over the step
+        assert host.host is not None and host.host.seq_lens.tolist() == [3, 2]
     assert common.causal is True, "the wrapper copies the metadata before it sets causal=False"
 
 
@@ -392,7 +403,7 @@ def test_host_rms_norm_kernels_match_vllm_torch_ops(dtype):
     from vllm import ir
 
     from rbln_retrieval import cpu_features
-    from rbln_retrieval.backend import host_kernels
+    from rbln_retrieval.backend.graph import host_kernels
 
     assert host_kernels.SUPPORTED
     torch.manual_seed(0)

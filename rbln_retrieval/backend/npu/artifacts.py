@@ -10,7 +10,7 @@ manifest pins them too, so a directory copied or renamed under another key is re
 The snapshot is the SHA-256 of every file's content; a file's hash is kept in a small JSON under the cache root,
 keyed by its resolved path, size, mtime and ctime, so each weight file is read once, not at every start.
 
-May import: the standard library, torch, ``rbln_retrieval.backend.rbln_runtime``.
+May import: the standard library, torch, ``rbln_retrieval.backend.npu.rbln_runtime``.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def _write_hashes(hashes: Path, known: dict[str, Any]) -> None:
 
 def pins_for(config: Any) -> dict[str, str]:
     """What a ``BundledConfig``'s rbln build is valid for: the NPU (and family), rebel-compiler, the snapshot."""
-    from rbln_retrieval.backend import rbln_runtime
+    from rbln_retrieval.backend.npu import rbln_runtime
 
     family = rbln_runtime.family_of(config.npu)
     return {"npu": config.npu, "family": family.name, "sdk": rbln_runtime.sdk_version(), "snapshot": config.snapshot}

@@ -18,10 +18,8 @@ Two implementations (``BundledConfig.kernels``), both parity-tested against the 
   themselves so they stay finite.
 - ``host``: behind vLLM's opaque attention op, vLLM's own CPU attention kernel over the whole step (one call per
   layer; its keys and values copied into a per-step scratch cache), as the stock runner uses it, on AVX-512 CPUs;
-  elsewhere (AVX2 CPUs, a head size it lacks) torch's fused CPU attention per prompt,
-  short prompts optionally in rows (``host_attention``). Padding rows are zeroed. Measured in the engine
-  (bench/ingest_profile.py, MiniLM bf16 on an AVX512_BF16 EPYC): 1.38 s of kernel plus 0.28 s of cache copies
-  against 2.34 s for one fused call per prompt.
+  elsewhere (AVX2 CPUs, a head size it lacks) torch's fused CPU attention per prompt (``attention.host``). Padding
+  rows are zeroed.
 
 No step reads KV context (the bundled runner turns chunked prefill and prefix caching off), so nothing is
 written to the KV cache: pooling requests finish in the step that computes them.
@@ -37,14 +35,13 @@ import torch
 from vllm.config import VllmConfig, get_layers_from_vllm_config
 from vllm.model_executor.layers.attention import Attention
 from vllm.v1.attention.backend import AttentionImpl, AttentionMetadataBuilder, AttentionType, CommonAttentionMetadata
-from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend, _get_attn_isa
+from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
 from vllm.v1.kv_cache_interface import AttentionSpec, EncoderOnlyAttentionSpec
 
-from rbln_retrieval.backend import host_attention
+from rbln_retrieval.backend import vllm_compat
+from rbln_retrieval.backend.attention import host as host_attention
+from rbln_retrieval.backend.attention.masked import packed_attention
 from rbln_retrieval.backend.config import BundledConfig
-
-# Query slots per masked-attention tile: bounds the static path's score tensor at heads x TILE x row width.
-TILE = 512
 
 
 @dataclass
@@ -67,7 +64,6 @@ class PackedAttentionMetadataBuilder(AttentionMetadataBuilder[PackedAttentionMet
         self.encoder_only = isinstance(kv_cache_spec, EncoderOnlyAttentionSpec)
         bundled = BundledConfig.from_vllm_config(vllm_config)
         self.host = bundled.kernels == "host"
-        self.row_width = bundled.host_row_width
         self.kernel = self._kernel_shape(vllm_config, layer_names, kv_cache_spec) if self.host else None
 
     @staticmethod
@@ -90,7 +86,7 @@ class PackedAttentionMetadataBuilder(AttentionMetadataBuilder[PackedAttentionMet
             head_size=spec.head_size,
             dtype=dtype,
             window=-1 if shared is None else shared,
-            isa=_get_attn_isa(dtype, spec.block_size, spec.head_size),
+            isa=vllm_compat.cpu_attention_isa(dtype, spec.block_size, spec.head_size),
             block_size=spec.block_size,
         )
 
@@ -101,8 +97,7 @@ class PackedAttentionMetadataBuilder(AttentionMetadataBuilder[PackedAttentionMet
             return "masked attention in the graph"
         if self.kernel is not None:
             return f"vLLM's CPU kernel, {self.kernel.isa} ISA, KV blocks of {self.kernel.block_size}"
-        rows = f", prompts up to {self.row_width} tokens in rows" if self.row_width else ""
-        return f"torch's fused attention per prompt{rows}"
+        return "torch's fused attention per prompt"
 
     def build(
         self,
@@ -128,7 +123,7 @@ class PackedAttentionMetadataBuilder(AttentionMetadataBuilder[PackedAttentionMet
         if self.kernel is not None:
             host = host_attention.kernel_plan(self.kernel, query_start, causal)
         elif self.host:
-            host = host_attention.plan(list(itertools.pairwise(query_start.tolist())), bucket, causal, self.row_width)
+            host = host_attention.HostPlan(list(itertools.pairwise(query_start.tolist())))
         return PackedAttentionMetadata(bucket, real, causal, seq_ids, host)
 
 
@@ -192,57 +187,6 @@ class PackedAttentionImpl(AttentionImpl[PackedAttentionMetadata]):
             self.sliding_window,
         )
         return output
-
-
-def packed_attention(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    seq_ids: torch.Tensor,
-    causal: bool,
-    scale: float,
-    window: int | None = None,
-) -> torch.Tensor:
-    """Block-diagonal attention per row of a static step, written as an NPU compiler lowers it (and as
-    optimum-rbln's BERT and transformers' eager attention write it): matmuls, an additive float mask, a float32
-    softmax. ``seq_ids`` is ``[rows, width]`` (the step's shape; 1-d: one row): each query meets its own row's
-    keys only, so a step computes rows x width^2 scores rather than (rows x width)^2. Every shape depends on the
-    step's shape only; prompts are contiguous within a row, so slot distances are the distances a window limits.
-    Score tensors stay within heads x TILE x width: rows in groups, queries of wide rows in tiles."""
-    seq = seq_ids if seq_ids.dim() == 2 else seq_ids[None]
-    rows, width = seq.shape
-    tokens, heads, _ = query.shape
-    if key.shape[1] != heads:  # grouped-query attention: expand, not repeat_interleave (an int64 gather)
-        key, value = (_expand_heads(t, heads) for t in (key, value))
-    q, k, v = (t.reshape(rows, width, heads, t.shape[-1]).transpose(1, 2) for t in (query, key, value))
-    positions = torch.arange(width, dtype=torch.int32)
-    blocked = torch.finfo(torch.float32).min
-    group, span = max(1, TILE // width), min(width, TILE)
-    outputs = []
-    for first in range(0, rows, group):
-        part = slice(first, min(first + group, rows))
-        keys_t = k[part].transpose(2, 3)
-        tiles = []
-        for start in range(0, width, span):
-            queries = slice(start, min(start + span, width))
-            allowed = seq[part, queries, None] == seq[part, None, :]
-            offset = positions[queries, None] - positions[None, :]
-            if causal:
-                allowed = allowed & (offset >= 0)
-            if window is not None:
-                allowed = allowed & (offset.abs() < window)
-            bias = torch.where(allowed, 0.0, blocked).unsqueeze(1)
-            scores = torch.matmul(q[part, :, queries], keys_t).float() * scale + bias
-            probs = torch.softmax(scores, dim=-1).to(v.dtype)
-            tiles.append(torch.matmul(probs, v[part]))
-        outputs.append(tiles[0] if len(tiles) == 1 else torch.cat(tiles, dim=2))
-    out = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=0)
-    return out.transpose(1, 2).reshape(tokens, heads, out.shape[-1])
-
-
-def _expand_heads(t: torch.Tensor, heads: int) -> torch.Tensor:
-    tokens, kv_heads, dim = t.shape
-    return t[:, :, None, :].expand(tokens, kv_heads, heads // kv_heads, dim).reshape(tokens, heads, dim)
 
 
 class PackedAttentionBackend(CPUAttentionBackend):

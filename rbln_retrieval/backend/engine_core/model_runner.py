@@ -27,8 +27,8 @@ from vllm.forward_context import BatchDescriptor
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 
-from rbln_retrieval.backend import artifacts, rbln_runtime, rows
-from rbln_retrieval.backend.compile import (
+from rbln_retrieval.backend.config import BundledConfig
+from rbln_retrieval.backend.graph.compile import (
     GraphCost,
     RecordingBackend,
     allow_recompiles,
@@ -37,9 +37,10 @@ from rbln_retrieval.backend.compile import (
     recording_backend,
     strict_errors,
 )
-from rbln_retrieval.backend.config import BundledConfig
-from rbln_retrieval.backend.host_layers import write_in_place
-from rbln_retrieval.backend.pooling import TaskHead, decompose, pooling_weights
+from rbln_retrieval.backend.graph.host_layers import write_in_place
+from rbln_retrieval.backend.graph.pooling import TaskHead, decompose, pooling_weights
+from rbln_retrieval.backend.npu import artifacts, rbln_runtime
+from rbln_retrieval.backend.step import rows
 from rbln_retrieval.backend.vllm_compat import int32_embedding_indices, static_graph_loading, whole_head_rotary
 
 logger = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """torch.compile for the bundled runner: the target's backend, wrapped to count and (strictly) police compiles.
 
-May import: the standard library, torch, ``rbln_retrieval.backend.rbln_runtime`` (the only way to rebel).
+May import: the standard library, torch, ``rbln_retrieval.backend.npu.rbln_runtime`` (the only way to rebel).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from rbln_retrieval.backend import rbln_runtime
+from rbln_retrieval.backend.npu import rbln_runtime
 
 logger = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ from typing import Any
 import torch
 from vllm.v1.worker.cpu_worker import CPUWorker
 
-from rbln_retrieval.backend.runner import BundledModelRunner
-from rbln_retrieval.backend.warmup import warm_up
+from rbln_retrieval.backend.engine_core.model_runner import BundledModelRunner
+from rbln_retrieval.backend.engine_core.warmup import warm_up
 
 
 class BundledWorker(CPUWorker):

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-ALIGN = 64  # the RBLN compiler's token granularity (a 32-token prefill chunk was rejected)
+ALIGN = 64  # the RBLN compiler's token granularity: every token dimension of a graph is a multiple of it
 DEFAULT_ROW_WIDTH = 256
 # Multi-row shapes stop here unless the caller sets a larger step budget: long-context models would otherwise
 # get a step budget of their full length (32k tokens for Qwen3) and 128-row graphs.

@@ -2,7 +2,7 @@
 
 vLLM's stock CPU runner fuses RMSNorm through Inductor; the bundled runner does not compile on the host, and
 vLLM registers its C RMSNorm kernels for GPUs only, so eager RMSNorm would run as six torch ops with float32
-round trips, many times slower than the C kernel and a large share of a Qwen3 step (bench/backend.py).
+round trips, many times slower than the C kernel (bench/backend.py measures a Qwen3 step both ways).
 The platform imports this module (``import_ir_kernels``) and puts these implementations first only for engines
 with host kernels (``BundledConfig.kernels``); the NPU's graphs keep the torch implementation.
 """
@@ -15,10 +15,12 @@ from vllm import ir
 from vllm.platforms import current_platform
 
 from rbln_retrieval import cpu_features
+from rbln_retrieval.backend import vllm_compat
 
-current_platform.import_kernels()  # loads torch.ops._C
+current_platform.import_kernels()  # loads vLLM's C ops
+C_OPS = vllm_compat.c_ops()
 PROVIDER = "rbln_host"
-SUPPORTED = hasattr(torch.ops._C, "rms_norm") and hasattr(torch.ops._C, "fused_add_rms_norm")
+SUPPORTED = hasattr(C_OPS, "rms_norm") and hasattr(C_OPS, "fused_add_rms_norm")
 
 
 # vLLM's AVX2 kernel build converts float32 to bfloat16 by truncation, not round-to-nearest: its bf16 RMSNorm is
@@ -41,7 +43,7 @@ def rms_norm(x: Tensor, weight: Tensor | None, epsilon: float, variance_size: in
     # The kernel assumes packed rows; Qwen3's per-head q/k norms pass strided views of the qkv projection.
     x = x.contiguous()
     output = torch.empty_like(x)
-    torch.ops._C.rms_norm(output, x, weight, epsilon)
+    C_OPS.rms_norm(output, x, weight, epsilon)
     return output
 
 
@@ -56,5 +58,5 @@ def rms_norm(x: Tensor, weight: Tensor | None, epsilon: float, variance_size: in
 def fused_add_rms_norm(
     x: Tensor, x_residual: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None
 ) -> tuple[Tensor, Tensor]:
-    torch.ops._C.fused_add_rms_norm(x, x_residual, weight, epsilon)
+    C_OPS.fused_add_rms_norm(x, x_residual, weight, epsilon)
     return x, x_residual

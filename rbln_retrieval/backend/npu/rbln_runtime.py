@@ -4,7 +4,7 @@ the NPU's name, as SDK 0.12 chooses it: ATOM (``RBLN-CA*``) compiles ahead of ti
 (vllm-rbln 0.12 refuses its torch.compile path there); Rebel100 (``RBLN-CR*``) compiles through torch.compile with
 rebel's backend and the options vllm-rbln 0.12 passes.
 
-May import: the standard library, torch, ``rbln_retrieval.errors``, ``rbln_retrieval.backend.rbln_aot``; rebel only
+May import: the standard library, torch, ``rbln_retrieval.errors``, ``rbln_retrieval.backend.npu.rbln_aot``; rebel only
 inside functions (this module is imported on hosts without it).
 """
 
@@ -194,7 +194,7 @@ def rbln_compile_backend(
     else:
         require()
     if family_of(npu).route == "aot":
-        from rbln_retrieval.backend.rbln_aot import AotBackend
+        from rbln_retrieval.backend.npu.rbln_aot import AotBackend
 
         # Dynamo only captures each bucket graph; the backend compiles it with compile_from_torch.
         aot = AotBackend(cache_dir / "rbln", npu=npu, compile_only=compile_only, snapshot=snapshot)
@@ -204,7 +204,7 @@ def rbln_compile_backend(
 
 def artifact_counts(backend: Any) -> dict[str, int]:
     """The ATOM route's .rbln files this start loaded and compiled (nothing for another backend)."""
-    from rbln_retrieval.backend.rbln_aot import AotBackend
+    from rbln_retrieval.backend.npu.rbln_aot import AotBackend
 
     if not isinstance(backend, AotBackend):
         return {}
