@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import math
 
-# bfloat16 matmuls (8 significant bits) with float32 pooling and normalization. bfloat16 itself reaches 0.99989 on
-# the demo corpus' worst passage (a truncated 256-token table; sentence-transformers' own bfloat16 forward 0.999893,
-# this engine 0.999898, AMD EPYC with AVX512_BF16, 2026-12-03), so the promise leaves 2x that in 1 - cosine.
-# float32: two correct float32 implementations (other kernels, other
-# summation order) of a 6-24 layer encoder, as tests/test_minilm.py asserts against sentence-transformers.
+# bfloat16 matmuls (8 significant bits) with float32 pooling and normalization: bfloat16 itself, in
+# sentence-transformers' own forward as in this engine, reaches about 0.9999 on the demo corpus' worst passage (a
+# truncated 256-token table; bench/results/hostspeed.md), so the promise leaves 2x that in 1 - cosine.
+# float32: two correct float32 implementations (other kernels, other summation order) of a 6-24 layer encoder, as
+# tests/test_minilm.py asserts against sentence-transformers.
 MIN_COSINE = {"float32": 0.99999, "bfloat16": 0.9998}
 
 
