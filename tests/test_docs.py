@@ -158,3 +158,35 @@ def test_snippet_runs(snippet: Snippet, request):
             from ray import serve
 
             serve.shutdown()
+
+
+def _layout_modules() -> set[str]:
+    """The modules docs/development.md's layout block names, as paths: a name counts in the folder whose line above
+    it is indented less (a description's mention of a sibling counts too)."""
+    text = (ROOT / "docs" / "development.md").read_text(encoding="utf-8")
+    layout = text[text.index("## Layout") :]
+    block = layout[layout.index("```\n") + 4 :]
+    block = block[: block.index("```")]
+    named, folders = set(), []  # folders: (indent, path) of the enclosing folder lines
+    for line in block.splitlines():
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip())
+        while folders and folders[-1][0] >= indent:
+            folders.pop()
+        first = line.split()[0]
+        if first.endswith("/"):
+            folders.append((indent, (folders[-1][1] if folders else "") + first))
+            continue
+        for name in re.findall(r"\b[\w]+\.py\b", line):
+            named.add((folders[-1][1] if folders else "") + name)
+    return named
+
+
+def test_the_layout_names_every_module():
+    modules = {
+        path.relative_to(ROOT).as_posix()
+        for path in (ROOT / "rbln_retrieval").rglob("*.py")
+        if path.name != "__init__.py" or path.parent == ROOT / "rbln_retrieval"
+    }
+    assert not sorted(modules - _layout_modules()), "modules docs/development.md's layout does not name"
