@@ -25,7 +25,15 @@ Kind = Literal["document", "query"]
 ScoreOutput = Literal["dense", "multi_vector"]
 
 
-class EmbedOptions(TypedDict, total=False):
+class CallOptions(TypedDict, total=False):
+    """The keywords every call takes: how an over-long input is cut (None: the engine's default) and, for a remote
+    engine, the whole call's timeout."""
+
+    truncate: Truncate | None
+    timeout: float | None
+
+
+class EmbedOptions(CallOptions, total=False):
     """``embed``/``aembed`` keywords; their defaults and meaning are EmbedRequest's."""
 
     kind: Kind
@@ -33,20 +41,16 @@ class EmbedOptions(TypedDict, total=False):
     dimensions: int | None
     normalize: bool
     show_progress: bool
-    truncate: Truncate | None
-    timeout: float | None
     output: Output | Sequence[Output]
     precision: Precision
     ranges: np.ndarray | None
     calibration_embeddings: np.ndarray | None
 
 
-class ScoreOptions(TypedDict, total=False):
+class ScoreOptions(CallOptions, total=False):
     """``score``/``ascore`` keywords; their defaults and meaning are ScoreRequest's."""
 
     instruction: str | None
-    truncate: Truncate | None
-    timeout: float | None
     output: ScoreOutput
 
 
