@@ -6,7 +6,7 @@ The engines differ only in how they pool (local: vLLM's engine in this process; 
 hands the router a Scorer holding its family, the tokenizer windows are cut with, which token-level outputs it
 gives, and its embedding and pair-scoring steps. The router decides everything else, once.
 
-Imports: engines (requests, windows), models (families), results (finite, outputs), text (chunks, inputs, prompts,
+Imports: engines (requests, windows), models (families), results (outputs), text (chunks, inputs, prompts,
 tokens).
 """
 
@@ -26,6 +26,10 @@ from rbln_retrieval.text.prompts import score_method
 from rbln_retrieval.text.tokens import PromptTokenizer
 
 
+class CheckOutputs(Protocol):
+    def __call__(self, output: Any, *, family: str, model: str) -> object: ...
+
+
 class EmbedRows(Protocol):
     def __call__(
         self, texts: Iterable[str], request: EmbedRequest, *, truncate: Truncate, what: str = ...
@@ -40,15 +44,16 @@ class ScorePairs(Protocol):
 
 @dataclass(frozen=True, kw_only=True)
 class Scorer:
-    """What differs between engines, as the router uses it: the model and its family, the tokenizer windows are cut
-    with, which token-level outputs the engine gives (``check_outputs`` refuses the others), ``embed`` (an
-    EmbedRequest's output for texts; empty input, empty result), and the finite scores, in input order, of a
-    cross-encoder reading (query, document) pairs and of Qwen3-Reranker reading its template around them."""
+    """What differs between engines, as the router uses it: the model, its family (a remote engine asks the
+    server), the tokenizer windows are cut with, which token-level outputs the engine gives (``check_outputs``
+    refuses the others), ``embed`` (an EmbedRequest's output for texts; empty input, empty result), and the finite
+    scores, in input order, of a cross-encoder reading (query, document) pairs and of Qwen3-Reranker reading its
+    template around them."""
 
     model: str
-    family: ModelFamily
-    tokenizer: Callable[[], Awaitable[PromptTokenizer]]
-    check_outputs: Callable[[Output], object]
+    family: Callable[[], Awaitable[ModelFamily]]
+    tokenizer: Callable[[ModelFamily], Awaitable[PromptTokenizer]]
+    check_outputs: CheckOutputs
     embed: EmbedRows
     score_pairs: ScorePairs
     score_qwen3_reranker: ScorePairs
@@ -65,13 +70,14 @@ async def score(
     """Relevance of each document to ``query``, in input order, the way the model scores; ``truncate`` is the
     call's, resolved (``request.truncate`` may leave it to the engine's default)."""
     query = check_query(query)
-    family, instruction, output = scorer.family, request.instruction, request.output
+    family = await scorer.family()
+    instruction, output = request.instruction, request.output
     if chunked := chunking(truncate):  # a document's best window, each window scored as a document that fits
 
         async def windows_scores(pieces: list[str]) -> list[float]:
             return await score(scorer, query, pieces, request=request, truncate="end")
 
-        windows = score_windows(await scorer.tokenizer(), scorer.model, query, instruction, chunked)
+        windows = score_windows(await scorer.tokenizer(family), scorer.model, query, instruction, chunked)
         return await score_windowed(windows, documents, chunked, score=windows_scores, output=output)
     method = score_method(family, scorer.model, instruction)
     if output not in ("dense", "multi_vector"):
@@ -82,7 +88,7 @@ async def score(
     elif family.name == "splade":  # sparse vectors score by their dot product
         late = "sparse"
     if late is not None:
-        scorer.check_outputs(late)
+        scorer.check_outputs(late, family=family.name, model=scorer.model)
         docs = await scorer.embed(documents, EmbedRequest(output=late), truncate=truncate, what="documents")
         if not docs:
             return []

@@ -151,8 +151,9 @@ def close_all() -> None:
 
 
 class EngineHandle:
-    """One holder's claim on a shared engine, with the engine's ``embed``/``score``/``rerank`` API (sync and async)
-    and the holder's per-call defaults. ``close()`` releases this claim only; other attributes (``family``,
+    """One holder's claim on a shared engine, with the engine's ``embed``/``score``/``rerank`` API (sync and async,
+    the options of rbln_retrieval.engines.requests) and the holder's per-call defaults (``truncate``; ``timeout`` for
+    a remote engine, dropped for a local one). ``close()`` releases this claim only; other attributes (``family``,
     ``dimension``, ``stats()``...) are the engine's."""
 
     def __init__(

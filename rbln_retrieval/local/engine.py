@@ -1,5 +1,8 @@
 """PoolingEngine: embeddings, relevance scores and reranking on vLLM's V1 pooling engine, run inside this process
-(rbln_retrieval.local.inproc) or as vLLM's AsyncLLM with its engine processes.
+(rbln_retrieval.local.inproc) or as vLLM's AsyncLLM with its engine processes. The calls take the typed options of
+rbln_retrieval.engines.requests; how a query scores is decided by rbln_retrieval.engines.scoring (as for a remote
+engine), which asks this engine's embedding and pair-scoring steps, and long texts' windows are pooled through
+rbln_retrieval.engines.windows.
 
 Imports: backend (config), engines, local, models, results, text; vLLM inside the calls that build its requests.
 """
@@ -9,9 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Awaitable, Callable, Iterable, Sized
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sized
 from dataclasses import replace
-from functools import partial
 from typing import Any, TypeVar, Unpack
 
 import numpy as np
@@ -303,20 +305,25 @@ class PoolingEngine(ImageEmbedding):
         check_finite(vectors, what)
         return vectors
 
-    async def _score(self, query: str, documents: Iterable[str], request: ScoreRequest) -> list[float]:
+    def _score(self, query: str, documents: Iterable[str], request: ScoreRequest) -> Coroutine[Any, Any, list[float]]:
+        """The call's work on the engine loop, its options checked first."""
         check_no_timeout("PoolingEngine", request.timeout)
+        truncate = self._truncate(request.truncate)
         scorer = Scorer(
             model=self.model,
-            family=self.family,
+            family=self._family,
             tokenizer=self._tokenizer,
-            check_outputs=partial(check_outputs, family=self.family.name, model=self.model),
+            check_outputs=check_outputs,
             embed=self._embed_any,
             score_pairs=self._score_pairs,
             score_qwen3_reranker=self._score_qwen3_reranker,
         )
-        return await score(scorer, query, documents, request=request, truncate=self._truncate(request.truncate))
+        return score(scorer, query, documents, request=request, truncate=truncate)
 
-    async def _tokenizer(self) -> PromptTokenizer:
+    async def _family(self) -> ModelFamily:
+        return self.family
+
+    async def _tokenizer(self, family: ModelFamily) -> PromptTokenizer:
         return self.tokenizer
 
     async def _score_pairs(

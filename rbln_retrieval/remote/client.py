@@ -5,10 +5,12 @@ and templates exactly as local mode does and sends raw text: remote results equa
 batches sent concurrently through rbln_retrieval.remote.replicas (spread over the healthy replicas, retried elsewhere
 with backoff), so every input gets exactly one result, in input order, or the call raises. Batches are also cut
 under the server's advertised request-size bounds, and vectors travel as base64 float32 (vLLM's
-``encoding_format="base64"``): under half of JSON's bytes, decoded by numpy 16 times faster.
+``encoding_format="base64"``): fewer bytes than JSON's decimal floats, and decoded by numpy instead of parsed
+(bench/wire_format.py compares the two; bench/results/wire_format.json). Scores are decided by
+rbln_retrieval.engines.scoring, as a local engine's.
 
-Imports: engines (loop, options, protocol), models (families), remote (replicas, served_model), results
-(outputs, quantize, ranking), text (inputs, prompts); numpy.
+Imports: engines (options, protocol, requests, scoring, windows), models (families), remote (calls, replicas,
+served_model), results (finite, outputs, quantize, ranking), text (chunks, inputs, prompts); numpy.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ import json
 import os
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import replace
-from functools import partial
 from typing import Any, TypeVar, Unpack
 
 import numpy as np
@@ -294,19 +295,20 @@ class RemoteEngine(ClientLoop):
         data = sorted(answer["data"], key=lambda row: row["index"])
         return [np.frombuffer(base64.b64decode(row["embedding"]), dtype=dtype) for row in data]
 
-    async def _score(self, query: str, documents: Iterable[str], request: ScoreRequest) -> list[float]:
-        family = await self._described()
+    def _score(self, query: str, documents: Iterable[str], request: ScoreRequest) -> Coroutine[Any, Any, list[float]]:
+        """The call's work on the client's loop, its options checked first."""
+        truncate = self._truncate(request.truncate)
         scorer = Scorer(
             model=self.model,
-            family=family,
-            tokenizer=partial(self._remote.tokenizer, family),
+            family=self._described,
+            tokenizer=self._remote.tokenizer,
             # vLLM's server gives dense vectors only: a token-level output is refused, naming the local engine
-            check_outputs=partial(check_remote_outputs, family=family.name, model=self.model),
+            check_outputs=check_remote_outputs,
             embed=self._embed,
             score_pairs=self._score_pairs,
             score_qwen3_reranker=self._score_qwen3_reranker,
         )
-        return await score(scorer, query, documents, request=request, truncate=self._truncate(request.truncate))
+        return score(scorer, query, documents, request=request, truncate=truncate)
 
     async def _score_pairs(
         self, query: str, documents: Iterable[str], *, family: ModelFamily, instruction: str | None, truncate: Truncate
