@@ -128,7 +128,14 @@ class PoolingEngine(ImageEmbedding):
         return self._vllm is None and self._loop.loop.is_closed()
 
     async def _start(self) -> None:
-        self._vllm = await start_vllm(self.model, self.family, self.options, self.device, self.target, self.source)
+        self._vllm = await start_vllm(
+            self.model,
+            family=self.family,
+            options=self.options,
+            device=self.device,
+            target=self.target,
+            source=self.source,
+        )
         close_at_exit(self)
 
     def close(self) -> None:
@@ -265,7 +272,7 @@ class PoolingEngine(ImageEmbedding):
             for first, chunk in chunks(texts, what):
                 tokens = await _off_loop(chunk, self.tokenizer.encode_texts, chunk, prefix, truncate, first_index=first)
                 ids.extend(t.ids for t in tokens)
-                rows = await asyncio.gather(*(self._encode(tokens, p, None, stack=False) for p in tasks.values()))
+                rows = await asyncio.gather(*(self._encode(tokens, p, stack=False) for p in tasks.values()))
                 for task, task_rows in zip(tasks, rows):
                     raw[task].extend(task_rows)
                 bar.update(len(chunk))
@@ -298,7 +305,7 @@ class PoolingEngine(ImageEmbedding):
         with self._progress(texts, request.show_progress) as bar:
             for first, chunk in chunks(texts, what):
                 tokens = await _off_loop(chunk, self.tokenizer.encode_texts, chunk, prefix, truncate, first_index=first)
-                rows.extend(await self._encode(tokens, params, bar))
+                rows.extend(await self._encode(tokens, params, bar=bar))
         if not rows:
             return np.zeros((0, dimensions or self.dimension), dtype=np.float32)
         vectors = np.stack(rows).astype(np.float32, copy=False)
@@ -357,12 +364,12 @@ class PoolingEngine(ImageEmbedding):
         scores: list[float] = []
         for first, chunk in chunks(documents, what="documents"):
             tokens = await tokenize(first, chunk)
-            scores.extend(float(row.reshape(-1)[0]) for row in await self._encode(tokens, params, None))
+            scores.extend(float(row.reshape(-1)[0]) for row in await self._encode(tokens, params))
         check_finite(scores, "documents")
         return scores
 
-    async def _encode(self, tokens: list[Tokens], params: Any, bar: tqdm | None, stack: bool = True) -> Any:
-        return await encode(await self._running_engine(), self.model, tokens, params, bar, stack=stack)
+    async def _encode(self, tokens: list[Any], params: Any, *, bar: tqdm | None = None, stack: bool = True) -> Any:
+        return await encode(await self._running_engine(), self.model, tokens, params=params, bar=bar, stack=stack)
 
     async def _running_engine(self) -> Any:
         """The live engine (AsyncLLM or InprocEngine), restarting it first if it died."""

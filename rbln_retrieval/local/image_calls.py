@@ -83,7 +83,7 @@ class ImageEmbedding:
                     decoded = load_images(chunk, first_index=first)
                 else:
                     decoded = await asyncio.to_thread(load_images, chunk, first_index=first)
-                rows.extend(await self._encode([image_prompt(image) for image in decoded], params, bar))
+                rows.extend(await self._encode([image_prompt(image) for image in decoded], params, bar=bar))
         if not rows:
             return np.zeros((0, self.family.hidden_size), dtype=np.float32)
         return np.stack(rows).astype(np.float32, copy=False)

@@ -178,20 +178,24 @@ class RemoteEngine(ClientLoop):
         self, texts: Iterable[str], request: EmbedRequest
     ) -> tuple[Callable[[Any], Any], Coroutine[Any, Any, Any]]:
         """(what to apply to the answer, the call's work), every option checked first."""
-        quantize, wire = self._quantizer(
-            request.precision, request.ranges, request.calibration_embeddings, request.output, request.dimensions
-        )
+        quantize, wire = self._quantizer(request)
         truncate = self._truncate(request.truncate, request.precision)
         return quantize, self._embed(texts, request, truncate=truncate, wire=wire)
 
-    def _quantizer(self, precision: str, ranges: Any, calibration: Any, output: Any, dimensions: int | None) -> Any:
+    def _quantizer(self, request: EmbedRequest) -> Any:
         """(what to apply to the answer, what to ask a server for), every argument checked before any request where
         the vectors' width is known. An `rbln-retrieval serve` server quantizes and sends the quantized bytes (ranges
         travel, calibration embeddings never do); a plain vLLM server sends float32, quantized here."""
+        precision, ranges, calibration, output = (
+            request.precision,
+            request.ranges,
+            request.calibration_embeddings,
+            request.output,
+        )
         if check_precision(precision, ranges, calibration, output=output) == "float32":
             return (lambda rows: rows), None
         known = self._remote.family
-        width = dimensions or (known.hidden_size if known is not None else 0)
+        width = request.dimensions or (known.hidden_size if known is not None else 0)
         if width:
             ranges = resolve_ranges(precision, ranges, calibration, width)
         elif calibration is not None:
