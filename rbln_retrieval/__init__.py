@@ -33,7 +33,7 @@ from rbln_retrieval.models.source import ModelSource, resolve_model
 from rbln_retrieval.results.finite import NonFiniteResultError
 from rbln_retrieval.results.quantize import quantization_ranges, quantize_embeddings
 from rbln_retrieval.results.ranking import rank
-from rbln_retrieval.text.chunks import ChunkedEmbedding
+from rbln_retrieval.results.windows import ChunkedEmbedding
 from rbln_retrieval.text.inputs import Chunk
 
 __all__ = [

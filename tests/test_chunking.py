@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from rbln_retrieval import Chunk, ChunkedEmbedding, PoolingEngine
+from rbln_retrieval.engines import windows as windows_module
+from rbln_retrieval.engines.windows import embed_windowed
 from rbln_retrieval.remote import RemoteEngine
-from rbln_retrieval.text import chunks as chunks_module
-from rbln_retrieval.text.chunks import embed_chunked, embed_windows
+from rbln_retrieval.text.chunks import embed_windows
 from rbln_retrieval.text.tokens import PromptTokenizer
 
 TOPICS = ["tides", "volcanoes", "glaciers", "monsoons", "deserts", "coral reefs", "auroras"]
@@ -200,7 +201,7 @@ def test_a_tokenizer_without_max_length_cannot_chunk(minilm_engine, minilm):
 async def test_windows_stream_through_in_bounded_batches(minilm_engine, monkeypatch):
     """A stream of long texts is read a chunk of texts at a time and its windows embedded WINDOW_BATCH at a
     time; rows are combined as each text completes, never all held."""
-    monkeypatch.setattr(chunks_module, "WINDOW_BATCH", 5)
+    monkeypatch.setattr(windows_module, "WINDOW_BATCH", 5)
     monkeypatch.setattr("rbln_retrieval.text.inputs.CHUNK_SIZE", 4)
     consumed, batches = [], []
 
@@ -214,7 +215,7 @@ async def test_windows_stream_through_in_bounded_batches(minilm_engine, monkeypa
         return np.ones((len(windows), 3), dtype=np.float32) * np.arange(len(windows))[:, None]
 
     windows = embed_windows(minilm_engine.tokenizer, "", Chunk())
-    got = await embed_chunked(windows, texts(), Chunk(), True, embed)
+    got = await embed_windowed(windows, texts(), Chunk(), normalize=True, embed=embed)
     assert got.shape == (12, 3)
     assert max(n for n, _ in batches) <= 5
     assert batches[0][1] == 4, "the first windows were embedded before the fifth text was read"

@@ -58,12 +58,25 @@ def test_importing_the_core_and_the_integrations_loads_no_engine_library():
 
 
 @pytest.mark.parametrize("method", ["embed", "aembed", "score", "ascore", "rerank", "arerank"])
-def test_local_and_remote_engines_take_the_same_call_arguments(method):
-    """The remote engine takes every argument of the local one (and adds a per-call timeout)."""
-    from rbln_retrieval import PoolingEngine
+def test_every_engine_takes_the_same_call_options(method):
+    """PoolingEngine, RemoteEngine, the shared-engine handle and the RetrievalEngine protocol take one signature: the
+    typed options of rbln_retrieval.engines.requests."""
+    from rbln_retrieval import PoolingEngine, RetrievalEngine
+    from rbln_retrieval.engines.shared import EngineHandle
     from rbln_retrieval.remote import RemoteEngine
 
-    local = inspect.signature(getattr(PoolingEngine, method)).parameters
-    remote = inspect.signature(getattr(RemoteEngine, method)).parameters
-    assert [p for p in remote if p != "timeout"] == list(local)
-    assert all(remote[name].default == local[name].default for name in local)
+    signatures = {
+        cls.__name__: str(inspect.signature(getattr(cls, method)))
+        for cls in (PoolingEngine, RemoteEngine, EngineHandle, RetrievalEngine)
+    }
+    assert len(set(signatures.values())) == 1, signatures
+    assert "**options: 'Unpack[" in signatures["PoolingEngine"]
+
+
+def test_a_call_option_the_engines_do_not_know_is_refused():
+    """The options arrive as keywords: a misspelt one fails as it did when each was a parameter."""
+    from rbln_retrieval.engines.requests import EmbedRequest, RerankRequest, ScoreRequest
+
+    for request in (EmbedRequest, ScoreRequest, RerankRequest):
+        with pytest.raises(TypeError, match="normalise"):
+            request(normalise=True)

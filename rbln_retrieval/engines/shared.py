@@ -6,7 +6,7 @@ After ``os.fork()`` the child forgets the parent's engines (their loop threads e
 used in the child acquires an engine of the child's own. A pickled handle carries only what identifies its engine
 and acquires it on first use in the process that unpickles it.
 
-Imports: engines (options, protocol), models (source), text (inputs); no engine class: an EngineSpec names
+Imports: engines (options, protocol, requests), models (source), text (inputs); no engine class: an EngineSpec names
 the one it starts.
 """
 
@@ -18,17 +18,20 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, Unpack
 
 from rbln_retrieval.engines.options import EngineOptions
 from rbln_retrieval.engines.protocol import RetrievalEngine
+from rbln_retrieval.engines.requests import EmbedOptions, RerankOptions, ScoreOptions
 from rbln_retrieval.models.source import ModelSource
 from rbln_retrieval.text.inputs import Truncate, check_truncate
 
 logger = logging.getLogger(__name__)
+
+_Options = TypeVar("_Options", EmbedOptions, ScoreOptions, RerankOptions)
 
 
 @dataclass(frozen=True)
@@ -148,8 +151,9 @@ def close_all() -> None:
 
 
 class EngineHandle:
-    """One holder's claim on a shared engine, with the engine's ``embed``/``score``/``rerank`` API (sync and async)
-    and the holder's per-call defaults. ``close()`` releases this claim only; other attributes (``family``,
+    """One holder's claim on a shared engine, with the engine's ``embed``/``score``/``rerank`` API (sync and async,
+    the options of rbln_retrieval.engines.requests) and the holder's per-call defaults (``truncate``; ``timeout`` for
+    a remote engine, dropped for a local one). ``close()`` releases this claim only; other attributes (``family``,
     ``dimension``, ``stats()``...) are the engine's."""
 
     def __init__(
@@ -193,31 +197,36 @@ class EngineHandle:
     def __repr__(self) -> str:  # the spec's repr leaves out the API key
         return f"EngineHandle({self.spec!r}, truncate={self.truncate!r})"
 
-    def _call_options(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        if kwargs.get("truncate") is None:
-            kwargs["truncate"] = self.truncate
-        timeout = kwargs.pop("timeout", None)
+    def _call_options(self, options: _Options) -> _Options:
+        """``options`` with this holder's defaults where the call gives none."""
+        if options.get("truncate") is None:
+            options["truncate"] = self.truncate
         if self.spec.remote:  # a local engine has no timeout: it computes, it does not wait on a server
-            kwargs["timeout"] = self.timeout if timeout is None else timeout
-        return kwargs
+            if options.get("timeout") is None:
+                options["timeout"] = self.timeout
+        else:
+            options.pop("timeout", None)
+        return options
 
-    def embed(self, texts: Any, **kwargs: Any) -> Any:
-        return self.engine.embed(texts, **self._call_options(kwargs))
+    def embed(self, texts: Iterable[str], **options: Unpack[EmbedOptions]) -> Any:
+        return self.engine.embed(texts, **self._call_options(options))
 
-    async def aembed(self, texts: Any, **kwargs: Any) -> Any:
-        return await self.engine.aembed(texts, **self._call_options(kwargs))
+    async def aembed(self, texts: Iterable[str], **options: Unpack[EmbedOptions]) -> Any:
+        return await self.engine.aembed(texts, **self._call_options(options))
 
-    def score(self, query: str, documents: Any, **kwargs: Any) -> list[float]:
-        return self.engine.score(query, documents, **self._call_options(kwargs))
+    def score(self, query: str, documents: Iterable[str], **options: Unpack[ScoreOptions]) -> list[float]:
+        return self.engine.score(query, documents, **self._call_options(options))
 
-    async def ascore(self, query: str, documents: Any, **kwargs: Any) -> list[float]:
-        return await self.engine.ascore(query, documents, **self._call_options(kwargs))
+    async def ascore(self, query: str, documents: Iterable[str], **options: Unpack[ScoreOptions]) -> list[float]:
+        return await self.engine.ascore(query, documents, **self._call_options(options))
 
-    def rerank(self, query: str, documents: Any, **kwargs: Any) -> list[tuple[int, float]]:
-        return self.engine.rerank(query, documents, **self._call_options(kwargs))
+    def rerank(self, query: str, documents: Iterable[str], **options: Unpack[RerankOptions]) -> list[tuple[int, float]]:
+        return self.engine.rerank(query, documents, **self._call_options(options))
 
-    async def arerank(self, query: str, documents: Any, **kwargs: Any) -> list[tuple[int, float]]:
-        return await self.engine.arerank(query, documents, **self._call_options(kwargs))
+    async def arerank(
+        self, query: str, documents: Iterable[str], **options: Unpack[RerankOptions]
+    ) -> list[tuple[int, float]]:
+        return await self.engine.arerank(query, documents, **self._call_options(options))
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name in ("spec", "_engine", "_pid", "_closed"):

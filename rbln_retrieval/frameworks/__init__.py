@@ -1,7 +1,8 @@
 """What framework objects (langchain-rbln, the LlamaIndex packages) are built on: one entry point that hands out
 claims on shared local engines or remote clients, and the engine settings every framework object declares.
 
-connect.py (get_engine), settings.py (EngineSettings and the EngineHolder lifecycle).
+connect.py (get_engine; EngineHandle and its typed call options), settings.py (EngineSettings and the
+EngineHolder lifecycle).
 
 May import: models, text, engines, local, remote
 Engine libraries: none

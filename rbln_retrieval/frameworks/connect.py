@@ -1,8 +1,9 @@
 """One entry point for framework integrations: a claim on a local shared engine, or on a client of remote servers
-when base_url is set.
+when base_url is set, and the typed API of that claim (EngineHandle and the options its calls take), for framework
+objects to hold and call.
 
-Imports: engines (options, shared), local (engine), models (source), text (inputs); remote (client) when the
-first remote client is made.
+Imports: engines (options, requests, shared), local (engine), models (source), text (inputs); remote (client) when
+the first remote client is made.
 """
 
 from __future__ import annotations
@@ -11,10 +12,13 @@ import os
 from typing import Any
 
 from rbln_retrieval.engines.options import EngineOptions
+from rbln_retrieval.engines.requests import EmbedOptions, RerankOptions, ScoreOptions
 from rbln_retrieval.engines.shared import EngineHandle, EngineSpec
 from rbln_retrieval.local.engine import PoolingEngine
 from rbln_retrieval.models.source import SOURCE_ARGS
 from rbln_retrieval.text.inputs import Truncate
+
+__all__ = ["EmbedOptions", "EngineHandle", "RerankOptions", "ScoreOptions", "get_engine"]
 
 
 def get_engine(

@@ -1,5 +1,8 @@
 """PoolingEngine: embeddings, relevance scores and reranking on vLLM's V1 pooling engine, run inside this process
-(rbln_retrieval.local.inproc) or as vLLM's AsyncLLM with its engine processes.
+(rbln_retrieval.local.inproc) or as vLLM's AsyncLLM with its engine processes. The calls take the typed options of
+rbln_retrieval.engines.requests; how a query scores is decided by rbln_retrieval.engines.scoring (as for a remote
+engine), which asks this engine's embedding and pair-scoring steps, and long texts' windows are pooled through
+rbln_retrieval.engines.windows.
 
 Imports: backend (config), engines, local, models, results, text; vLLM inside the calls that build its requests.
 """
@@ -9,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable, Iterable, Sequence, Sized
-from functools import partial
-from typing import Any, Literal, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sized
+from dataclasses import replace
+from typing import Any, TypeVar, Unpack
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -19,7 +22,18 @@ from tqdm.auto import tqdm
 from rbln_retrieval.backend.config import compile_only
 from rbln_retrieval.engines.loop import EngineLoop
 from rbln_retrieval.engines.options import EngineOptions
+from rbln_retrieval.engines.requests import (
+    EmbedOptions,
+    EmbedRequest,
+    RerankOptions,
+    RerankRequest,
+    ScoreOptions,
+    ScoreRequest,
+    check_no_timeout,
+)
+from rbln_retrieval.engines.scoring import Scorer, score
 from rbln_retrieval.engines.shared import EngineHandle, EngineSpec, close_all, close_at_exit
+from rbln_retrieval.engines.windows import embed_windowed
 from rbln_retrieval.local.device import resolve_device
 from rbln_retrieval.local.engine_args import resolve_dtype
 from rbln_retrieval.local.image_calls import ImageEmbedding
@@ -27,23 +41,19 @@ from rbln_retrieval.local.vllm_calls import encode, start_vllm
 from rbln_retrieval.models.families import ModelFamily, check_remote_code, detect_family
 from rbln_retrieval.models.files import check_weights
 from rbln_retrieval.models.source import SOURCE_ARGS, ModelSource
-from rbln_retrieval.models.spec import Scoring
 from rbln_retrieval.results.finite import check_finite
 from rbln_retrieval.results.outputs import (
-    Output,
     SpecialTokens,
     activation,
     assemble,
     check_outputs,
-    maxsim,
     pooling_tasks,
-    sparse_dot,
 )
-from rbln_retrieval.results.quantize import Precision, quantizer
+from rbln_retrieval.results.quantize import quantizer
 from rbln_retrieval.results.ranking import rank
-from rbln_retrieval.text.chunks import embed_chunked, embed_windows, score_chunked, score_windows
-from rbln_retrieval.text.inputs import Truncate, check_dimensions, check_query, check_truncate, chunking, chunks
-from rbln_retrieval.text.prompts import embed_prefix, qwen3_reranker_pairs, score_method
+from rbln_retrieval.text.chunks import embed_windows
+from rbln_retrieval.text.inputs import Truncate, check_dimensions, check_truncate, chunking, chunks
+from rbln_retrieval.text.prompts import embed_prefix, qwen3_reranker_pairs
 from rbln_retrieval.text.tokens import PromptTokenizer, Tokens
 
 logger = logging.getLogger(__name__)
@@ -118,7 +128,14 @@ class PoolingEngine(ImageEmbedding):
         return self._vllm is None and self._loop.loop.is_closed()
 
     async def _start(self) -> None:
-        self._vllm = await start_vllm(self.model, self.family, self.options, self.device, self.target, self.source)
+        self._vllm = await start_vllm(
+            self.model,
+            family=self.family,
+            options=self.options,
+            device=self.device,
+            target=self.target,
+            source=self.source,
+        )
         close_at_exit(self)
 
     def close(self) -> None:
@@ -145,7 +162,7 @@ class PoolingEngine(ImageEmbedding):
     def stats(self) -> dict[str, Any]:
         """The model's identity (``{"id", "commit"}`` for a hub snapshot, else ``{"path"}``) and the bundled
         runner's counters since warmup: buckets, steps, useful/computed tokens, compiles, graph breaks (see
-        rbln_retrieval.backend.engine_core.model_runner); the stock runner keeps none and reports only its name."""
+        rbln_retrieval.backend.runner); the stock runner keeps none and reports only its name."""
         if self.options.runner == "stock":
             return {"runner": "stock", "model": self.source.identity}
         return {**self._loop.run(self._stats()), "model": self.source.identity}
@@ -165,175 +182,117 @@ class PoolingEngine(ImageEmbedding):
         option as given): the bounds of rbln_retrieval.results.precision apply to it."""
         return resolve_dtype(self.options.dtype, self.device)
 
-    # -- public sync API ---------------------------------------------------------------------------------------
-    def embed(
-        self,
-        texts: Iterable[str],
-        *,
-        kind: Literal["document", "query"] = "document",
-        instruction: str | None = None,
-        dimensions: int | None = None,
-        normalize: bool = True,
-        show_progress: bool = False,
-        truncate: Truncate | None = None,
-        output: Output | Sequence[Output] = "dense",
-        precision: Precision = "float32",
-        ranges: np.ndarray | None = None,
-        calibration_embeddings: np.ndarray | None = None,
-    ) -> Any:
+    # -- public API, sync and async (the options: rbln_retrieval.engines.requests) ----------------------------
+    def embed(self, texts: Iterable[str], **options: Unpack[EmbedOptions]) -> Any:
         """Vectors for ``texts`` as a float32 array of shape (n, d), rows in input order. ``truncate`` (None: this
         object's default) decides what happens to texts over ``max_length``: "end" keeps the start, "start" keeps
-        the end and the prompt, "error" raises naming the index. ``output`` (bge-m3): "sparse" gives one
-        {token_id: weight} dict per text, "multi_vector" one float32 (tokens, d) array per text; a list of outputs
-        gives {output: result} (dense and sparse from one forward; see rbln_retrieval.results.outputs). ColBERT
-        checkpoints give "multi_vector" only, SPLADE checkpoints "sparse" only. ``precision`` (dense only)
-        quantizes the vectors as sentence-transformers' ``quantize_embeddings`` does; int8/uint8 take ``ranges``
-        (2, d) or ``calibration_embeddings`` (rbln_retrieval.results.quantize)."""
-        quantize = quantizer(precision, ranges, calibration_embeddings, output=output, dim=dimensions or self.dimension)
-        cut = self._truncate(truncate, precision)
-        return quantize(
-            self._loop.run(self._embed_any(texts, kind, instruction, dimensions, normalize, show_progress, cut, output))
-        )
+        the end and the prompt, "error" raises naming the index, "chunk" embeds windows (rbln_retrieval.text.chunks).
+        ``output`` (bge-m3): "sparse" gives one {token_id: weight} dict per text, "multi_vector" one float32
+        (tokens, d) array per text; a list of outputs gives {output: result} (dense and sparse from one forward;
+        see rbln_retrieval.results.outputs). ColBERT checkpoints give "multi_vector" only, SPLADE checkpoints
+        "sparse" only. ``precision`` (dense only) quantizes the vectors as sentence-transformers'
+        ``quantize_embeddings`` does; int8/uint8 take ``ranges`` (2, d) or ``calibration_embeddings``
+        (rbln_retrieval.results.quantize). The other options and their defaults: EmbedRequest."""
+        request = EmbedRequest(**options)
+        quantize, truncate = self._embed_call(request)
+        return quantize(self._loop.run(self._embed_any(texts, request, truncate=truncate)))
 
-    def score(
-        self,
-        query: str,
-        documents: Iterable[str],
-        *,
-        instruction: str | None = None,
-        truncate: Truncate | None = None,
-        output: Literal["dense", "multi_vector"] = "dense",
-    ) -> list[float]:
+    async def aembed(self, texts: Iterable[str], **options: Unpack[EmbedOptions]) -> Any:
+        request = EmbedRequest(**options)
+        quantize, truncate = self._embed_call(request)
+        return quantize(await self._loop.arun(self._embed_any(texts, request, truncate=truncate)))
+
+    def score(self, query: str, documents: Iterable[str], **options: Unpack[ScoreOptions]) -> list[float]:
         """Relevance of each document to ``query``: P(relevant) for rerankers, cosine for bi-encoders; with
         ``output="multi_vector"`` (bge-m3) late interaction, MaxSim over the multi-vectors. ColBERT checkpoints
         score by MaxSim whatever ``output`` says (token vectors are all they give), SPLADE checkpoints by the dot
-        product of sparse vectors."""
-        return self._loop.run(self._score(query, documents, instruction, self._truncate(truncate), output))
+        product of sparse vectors (rbln_retrieval.engines.scoring)."""
+        return self._loop.run(self._score(query, documents, ScoreRequest(**options)))
 
-    def rerank(
-        self,
-        query: str,
-        documents: Iterable[str],
-        *,
-        top_n: int | None = None,
-        instruction: str | None = None,
-        truncate: Truncate | None = None,
-        output: Literal["dense", "multi_vector"] = "dense",
-    ) -> list[tuple[int, float]]:
+    async def ascore(self, query: str, documents: Iterable[str], **options: Unpack[ScoreOptions]) -> list[float]:
+        return await self._loop.arun(self._score(query, documents, ScoreRequest(**options)))
+
+    def rerank(self, query: str, documents: Iterable[str], **options: Unpack[RerankOptions]) -> list[tuple[int, float]]:
         """(index, score) pairs, best first; ``top_n`` None keeps all, 0 or less returns []."""
-        return rank(self.score(query, documents, instruction=instruction, truncate=truncate, output=output), top_n)
-
-    # -- public async API --------------------------------------------------------------------------------------
-    async def aembed(
-        self,
-        texts: Iterable[str],
-        *,
-        kind: Literal["document", "query"] = "document",
-        instruction: str | None = None,
-        dimensions: int | None = None,
-        normalize: bool = True,
-        show_progress: bool = False,
-        truncate: Truncate | None = None,
-        output: Output | Sequence[Output] = "dense",
-        precision: Precision = "float32",
-        ranges: np.ndarray | None = None,
-        calibration_embeddings: np.ndarray | None = None,
-    ) -> Any:
-        quantize = quantizer(precision, ranges, calibration_embeddings, output=output, dim=dimensions or self.dimension)
-        cut = self._truncate(truncate, precision)
-        return quantize(
-            await self._loop.arun(
-                self._embed_any(texts, kind, instruction, dimensions, normalize, show_progress, cut, output)
-            )
-        )
-
-    async def ascore(
-        self,
-        query: str,
-        documents: Iterable[str],
-        *,
-        instruction: str | None = None,
-        truncate: Truncate | None = None,
-        output: Literal["dense", "multi_vector"] = "dense",
-    ) -> list[float]:
-        return await self._loop.arun(self._score(query, documents, instruction, self._truncate(truncate), output))
+        request = RerankRequest(**options)
+        return rank(self._loop.run(self._score(query, documents, request)), request.top_n)
 
     async def arerank(
-        self,
-        query: str,
-        documents: Iterable[str],
-        *,
-        top_n: int | None = None,
-        instruction: str | None = None,
-        truncate: Truncate | None = None,
-        output: Literal["dense", "multi_vector"] = "dense",
+        self, query: str, documents: Iterable[str], **options: Unpack[RerankOptions]
     ) -> list[tuple[int, float]]:
-        scores = await self.ascore(query, documents, instruction=instruction, truncate=truncate, output=output)
-        return rank(scores, top_n)
+        request = RerankRequest(**options)
+        return rank(await self._loop.arun(self._score(query, documents, request)), request.top_n)
 
     def _truncate(self, truncate: Truncate | None, precision: str = "float32") -> Truncate:
         return check_truncate(self.truncate if truncate is None else truncate, precision)
 
+    def _embed_call(self, request: EmbedRequest) -> tuple[Callable[[Any], Any], Truncate]:
+        """(what to apply to the result, the call's truncation), every option checked before any work."""
+        check_no_timeout("PoolingEngine", request.timeout)
+        quantize = quantizer(
+            request.precision,
+            request.ranges,
+            request.calibration_embeddings,
+            output=request.output,
+            dim=request.dimensions or self.dimension,
+        )
+        return quantize, self._truncate(request.truncate, request.precision)
+
     # -- implementation (runs on the engine loop) --------------------------------------------------------------
     async def _embed_any(
-        self,
-        texts: Iterable[str],
-        kind: str,
-        instruction: str | None,
-        dimensions: int | None,
-        normalize: bool,
-        show_progress: bool,
-        truncate: Truncate,
-        output: Any,
-        what: str = "texts",
+        self, texts: Iterable[str], request: EmbedRequest, *, truncate: Truncate, what: str = "texts"
     ) -> Any:
+        prefix = embed_prefix(self.family, self.model, request.kind, request.instruction)
         if chunked := chunking(truncate):  # windows of an over-long text, each embedded as a text that fits
-            windows = embed_windows(self.tokenizer, embed_prefix(self.family, self.model, kind, instruction), chunked)
-            embed = partial(self._embed, kind=kind, instruction=instruction, dimensions=dimensions, normalize=normalize)
-            embed = partial(embed, show_progress=False, truncate="end")
-            return await embed_chunked(windows, texts, chunked, normalize, embed, output=output, what=what)
+            windows = embed_windows(self.tokenizer, prefix, chunked)
+            quiet = replace(request, show_progress=False)
+
+            async def embed(pieces: list[str]) -> np.ndarray:
+                return await self._embed(pieces, quiet, truncate="end")
+
+            return await embed_windowed(
+                windows, texts, chunked, normalize=request.normalize, embed=embed, output=request.output, what=what
+            )
+        output = request.output
         if isinstance(output, str) and output == "dense" and self.family.gives_dense:
-            return await self._embed(texts, kind, instruction, dimensions, normalize, show_progress, truncate, what)
-        prefix = embed_prefix(self.family, self.model, kind, instruction)
+            return await self._embed(texts, request, truncate=truncate, what=what)
         outputs = check_outputs(output, family=self.family.name, model=self.model)
-        if dimensions is not None:
+        if request.dimensions is not None:
             raise ValueError(f"dimensions applies to dense vectors only; leave it unset with output={output!r}.")
         from vllm import PoolingParams
 
         tasks = {
-            task: PoolingParams(task=task, use_activation=activation(task, normalize))
+            task: PoolingParams(task=task, use_activation=activation(task, request.normalize))
             for task in pooling_tasks(outputs, self.family.name)
         }
         special = SpecialTokens.of(self.tokenizer.hf, self.model)
         raw: dict[str, list[np.ndarray]] = {task: [] for task in tasks}
         ids: list[list[int]] = []
-        with self._progress(texts, show_progress) as bar:
+        with self._progress(texts, request.show_progress) as bar:
             for first, chunk in chunks(texts, what):
                 tokens = await _off_loop(chunk, self.tokenizer.encode_texts, chunk, prefix, truncate, first_index=first)
                 ids.extend(t.ids for t in tokens)
-                rows = await asyncio.gather(*(self._encode(tokens, p, None, stack=False) for p in tasks.values()))
+                rows = await asyncio.gather(*(self._encode(tokens, p, stack=False) for p in tasks.values()))
                 for task, task_rows in zip(tasks, rows):
                     raw[task].extend(task_rows)
                 bar.update(len(chunk))
         parts = assemble(
-            outputs, raw, ids, hidden_size=self.dimension, normalize=normalize, special=special, family=self.family.name
+            outputs,
+            raw,
+            ids,
+            hidden_size=self.dimension,
+            normalize=request.normalize,
+            special=special,
+            family=self.family.name,
         )
         return parts[output] if isinstance(output, str) else parts
 
     async def _embed(
-        self,
-        texts: Iterable[str],
-        kind: str,
-        instruction: str | None,
-        dimensions: int | None,
-        normalize: bool,
-        show_progress: bool,
-        truncate: Truncate,
-        what: str = "texts",
+        self, texts: Iterable[str], request: EmbedRequest, *, truncate: Truncate, what: str = "texts"
     ) -> np.ndarray:
-        prefix = embed_prefix(self.family, self.model, kind, instruction)
+        prefix = embed_prefix(self.family, self.model, request.kind, request.instruction)
         dimensions = check_dimensions(
-            dimensions,
+            request.dimensions,
             hidden_size=self.dimension,
             matryoshka=self.family.matryoshka,
             model=self.model,
@@ -341,70 +300,76 @@ class PoolingEngine(ImageEmbedding):
         )
         from vllm import PoolingParams
 
-        params = PoolingParams(task="embed", use_activation=normalize, dimensions=dimensions)
+        params = PoolingParams(task="embed", use_activation=request.normalize, dimensions=dimensions)
         rows: list[np.ndarray] = []
-        with self._progress(texts, show_progress) as bar:
+        with self._progress(texts, request.show_progress) as bar:
             for first, chunk in chunks(texts, what):
                 tokens = await _off_loop(chunk, self.tokenizer.encode_texts, chunk, prefix, truncate, first_index=first)
-                rows.extend(await self._encode(tokens, params, bar))
+                rows.extend(await self._encode(tokens, params, bar=bar))
         if not rows:
             return np.zeros((0, dimensions or self.dimension), dtype=np.float32)
         vectors = np.stack(rows).astype(np.float32, copy=False)
         check_finite(vectors, what)
         return vectors
 
-    async def _score(
-        self, query: str, documents: Iterable[str], instruction: str | None, truncate: Truncate, output: str = "dense"
+    def _score(self, query: str, documents: Iterable[str], request: ScoreRequest) -> Coroutine[Any, Any, list[float]]:
+        """The call's work on the engine loop, its options checked first."""
+        check_no_timeout("PoolingEngine", request.timeout)
+        truncate = self._truncate(request.truncate)
+        scorer = Scorer(
+            model=self.model,
+            family=self._family,
+            tokenizer=self._tokenizer,
+            check_outputs=check_outputs,
+            embed=self._embed_any,
+            score_pairs=self._score_pairs,
+            score_qwen3_reranker=self._score_qwen3_reranker,
+        )
+        return score(scorer, query, documents, request=request, truncate=truncate)
+
+    async def _family(self) -> ModelFamily:
+        return self.family
+
+    async def _tokenizer(self, family: ModelFamily) -> PromptTokenizer:
+        return self.tokenizer
+
+    async def _score_pairs(
+        self, query: str, documents: Iterable[str], *, family: ModelFamily, instruction: str | None, truncate: Truncate
     ) -> list[float]:
-        query = check_query(query)
-        if chunked := chunking(truncate):  # a document's best window, each window scored as a document that fits
-            windows = score_windows(self.tokenizer, self.model, query, instruction, chunked)
-            score = partial(self._score, query, instruction=instruction, truncate="end")
-            return await score_chunked(windows, documents, chunked, score, output=output)
-        method = score_method(self.family, self.model, instruction)
-        if output not in ("dense", "multi_vector"):
-            raise ValueError(f"score takes output='dense' or 'multi_vector', not {output!r}.")
-        if output == "multi_vector" or self.family.late_interaction_only:
-            check_outputs("multi_vector", family=self.family.name, model=self.model)
-            docs = await self._embed_any(
-                documents, "document", None, None, True, False, truncate, "multi_vector", "documents"
-            )
-            if not docs:
-                return []
-            (q,) = await self._embed_any([query], "query", instruction, None, True, False, truncate, "multi_vector")
-            return [maxsim(q, d, family=self.family.name) for d in docs]
-        if method is Scoring.SPARSE_DOT:
-            docs = await self._embed_any(
-                documents, "document", None, None, True, False, truncate, "sparse", "documents"
-            )
-            if not docs:
-                return []
-            (q,) = await self._embed_any([query], "query", instruction, None, True, False, truncate, "sparse")
-            return [sparse_dot(q, d) for d in docs]
-        if method.embeds:
-            docs = await self._embed(documents, "document", None, None, True, False, truncate, what="documents")
-            if len(docs) == 0:
-                return []
-            q = await self._embed([query], "query", instruction, None, True, False, truncate)
-            return [float(s) for s in docs @ q[0]]
+        """A cross-encoder's P(relevant) of each (query, document) pair (it takes no instruction)."""
+
+        async def tokenize(first: int, chunk: list[str]) -> list[Tokens]:
+            return await _off_loop(chunk, self.tokenizer.encode_pairs, query, chunk, truncate, first_index=first)
+
+        return await self._classify(documents, tokenize)
+
+    async def _score_qwen3_reranker(
+        self, query: str, documents: Iterable[str], *, family: ModelFamily, instruction: str | None, truncate: Truncate
+    ) -> list[float]:
+        """Qwen3-Reranker's P(yes) for each document inside its template."""
+
+        async def tokenize(first: int, chunk: list[str]) -> list[Tokens]:
+            pairs = qwen3_reranker_pairs(family, query, chunk, instruction)
+            return await _off_loop(chunk, self.tokenizer.encode_qwen3_reranker, pairs, truncate, first_index=first)
+
+        return await self._classify(documents, tokenize)
+
+    async def _classify(
+        self, documents: Iterable[str], tokenize: Callable[[int, list[str]], Awaitable[list[Tokens]]]
+    ) -> list[float]:
+        """The classifier's first probability for each document's prompt, ``tokenize(first index, chunk)``."""
         from vllm import PoolingParams
 
         params = PoolingParams(task="classify", use_activation=True)
         scores: list[float] = []
         for first, chunk in chunks(documents, what="documents"):
-            if method is Scoring.TEMPLATE:
-                pairs = qwen3_reranker_pairs(self.family, query, chunk, instruction)
-                tokens = await _off_loop(
-                    chunk, self.tokenizer.encode_qwen3_reranker, pairs, truncate, first_index=first
-                )
-            else:
-                tokens = await _off_loop(chunk, self.tokenizer.encode_pairs, query, chunk, truncate, first_index=first)
-            scores.extend(float(row.reshape(-1)[0]) for row in await self._encode(tokens, params, None))
+            tokens = await tokenize(first, chunk)
+            scores.extend(float(row.reshape(-1)[0]) for row in await self._encode(tokens, params))
         check_finite(scores, "documents")
         return scores
 
-    async def _encode(self, tokens: list[Tokens], params: Any, bar: tqdm | None, stack: bool = True) -> Any:
-        return await encode(await self._running_engine(), self.model, tokens, params, bar, stack=stack)
+    async def _encode(self, tokens: list[Any], params: Any, *, bar: tqdm | None = None, stack: bool = True) -> Any:
+        return await encode(await self._running_engine(), self.model, tokens, params=params, bar=bar, stack=stack)
 
     async def _running_engine(self) -> Any:
         """The live engine (AsyncLLM or InprocEngine), restarting it first if it died."""

@@ -4,8 +4,8 @@ and text queries scored against images.
 Each image is checked and decoded first (rbln_retrieval.text.images), then sent as vLLM's multimodal prompt: no text
 and one image, which vLLM's CLIP and SigLIP processors resize and normalise with the model's own image processor.
 
-Imports: engines (loop), models (families), results (ranking), text (images, inputs); vLLM inside the calls that
-build its requests.
+Imports: engines (loop, requests), models (families), results (ranking), text (images, inputs); vLLM inside the
+calls that build its requests.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from rbln_retrieval.engines.loop import EngineLoop
+from rbln_retrieval.engines.requests import EmbedRequest
 from rbln_retrieval.models.families import ModelFamily
 from rbln_retrieval.results.ranking import rank
 from rbln_retrieval.text.images import image_chunks, load_images
@@ -52,12 +53,12 @@ class ImageEmbedding:
         as a float32 array of shape (n, d) in the space of ``embed(texts)``, rows in input order. An image that
         cannot be decoded, is truncated, is over rbln_retrieval.text.images.MAX_PIXELS or has 16-bit or float pixels
         is refused in one sentence naming its index."""
-        return self._loop.run(self._embed_images(images, normalize, show_progress))
+        return self._loop.run(self._embed_images(images, normalize=normalize, show_progress=show_progress))
 
     async def aembed_images(
         self, images: Iterable[Any], *, normalize: bool = True, show_progress: bool = False
     ) -> np.ndarray:
-        return await self._loop.arun(self._embed_images(images, normalize, show_progress))
+        return await self._loop.arun(self._embed_images(images, normalize=normalize, show_progress=show_progress))
 
     def score_images(self, query: str, images: Iterable[Any]) -> list[float]:
         """Cosine of the text ``query`` with each image."""
@@ -70,7 +71,7 @@ class ImageEmbedding:
         """(index, cosine) pairs of the images, best first; ``top_n`` None keeps all."""
         return rank(self.score_images(query, images), top_n)
 
-    async def _embed_images(self, images: Iterable[Any], normalize: bool, show_progress: bool) -> np.ndarray:
+    async def _embed_images(self, images: Iterable[Any], *, normalize: bool, show_progress: bool) -> np.ndarray:
         check_images_supported(self.family, self.model)
         from vllm import PoolingParams
 
@@ -82,15 +83,15 @@ class ImageEmbedding:
                     decoded = load_images(chunk, first_index=first)
                 else:
                     decoded = await asyncio.to_thread(load_images, chunk, first_index=first)
-                rows.extend(await self._encode([image_prompt(image) for image in decoded], params, bar))
+                rows.extend(await self._encode([image_prompt(image) for image in decoded], params, bar=bar))
         if not rows:
             return np.zeros((0, self.family.hidden_size), dtype=np.float32)
         return np.stack(rows).astype(np.float32, copy=False)
 
     async def _score_images(self, query: str, images: Iterable[Any]) -> list[float]:
         query = check_query(query)
-        vectors = await self._embed_images(images, True, False)
+        vectors = await self._embed_images(images, normalize=True, show_progress=False)
         if len(vectors) == 0:
             return []
-        q = await self._embed([query], "query", None, None, True, False, "end")
+        q = await self._embed([query], EmbedRequest(kind="query"), truncate="end")
         return [float(s) for s in vectors @ q[0]]

@@ -5,10 +5,12 @@ and templates exactly as local mode does and sends raw text: remote results equa
 batches sent concurrently through rbln_retrieval.remote.replicas (spread over the healthy replicas, retried elsewhere
 with backoff), so every input gets exactly one result, in input order, or the call raises. Batches are also cut
 under the server's advertised request-size bounds, and vectors travel as base64 float32 (vLLM's
-``encoding_format="base64"``): under half of JSON's bytes, decoded by numpy 16 times faster.
+``encoding_format="base64"``): fewer bytes than JSON's decimal floats, and decoded by numpy instead of parsed
+(bench/wire_format.py compares the two; bench/results/wire_format.json). Scores are decided by
+rbln_retrieval.engines.scoring, as a local engine's.
 
-Imports: engines (loop, options, protocol), models (families), remote (replicas, served_model), results
-(outputs, quantize, ranking), text (inputs, prompts); numpy.
+Imports: engines (options, protocol, requests, scoring, windows), models (families), remote (calls, replicas,
+served_model), results (finite, outputs, quantize, ranking), text (chunks, inputs, prompts); numpy.
 """
 
 from __future__ import annotations
@@ -19,26 +21,35 @@ import contextvars
 import dataclasses
 import json
 import os
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
-from functools import partial
-from typing import Any, Literal, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from dataclasses import replace
+from typing import Any, TypeVar, Unpack
 
 import numpy as np
 
 from rbln_retrieval.engines.options import EngineOptions
 from rbln_retrieval.engines.protocol import DESCRIBE_PATH, QUANTIZED_EMBED_PATH
+from rbln_retrieval.engines.requests import (
+    EmbedOptions,
+    EmbedRequest,
+    RerankOptions,
+    RerankRequest,
+    ScoreOptions,
+    ScoreRequest,
+)
+from rbln_retrieval.engines.scoring import Scorer, score
+from rbln_retrieval.engines.windows import embed_windowed
 from rbln_retrieval.models.families import ModelFamily
-from rbln_retrieval.models.spec import Scoring
 from rbln_retrieval.remote.calls import ClientLoop, RemoteClosedError
 from rbln_retrieval.remote.replicas import Deadline, RemoteAuthError, RemoteError, Replicas
 from rbln_retrieval.remote.served_model import RemoteModel
 from rbln_retrieval.results.finite import check_finite, finite_scores
-from rbln_retrieval.results.outputs import Output, check_remote_outputs
-from rbln_retrieval.results.quantize import Precision, check_precision, quantization_ranges, quantizer, resolve_ranges
+from rbln_retrieval.results.outputs import check_remote_outputs
+from rbln_retrieval.results.quantize import check_precision, quantization_ranges, quantizer, resolve_ranges
 from rbln_retrieval.results.ranking import rank
-from rbln_retrieval.text.chunks import embed_chunked, embed_windows, score_chunked, score_windows
-from rbln_retrieval.text.inputs import Truncate, check_dimensions, check_query, check_truncate, chunking, chunks
-from rbln_retrieval.text.prompts import embed_prefix, qwen3_reranker_prompts, score_method
+from rbln_retrieval.text.chunks import embed_windows
+from rbln_retrieval.text.inputs import Truncate, check_dimensions, check_truncate, chunking, chunks
+from rbln_retrieval.text.prompts import embed_prefix, qwen3_reranker_prompts
 
 __all__ = ["DESCRIBE_PATH", "RemoteAuthError", "RemoteEngine", "RemoteError"]
 
@@ -129,123 +140,62 @@ class RemoteEngine(ClientLoop):
             self._remote.family = dataclasses.replace(self.family, hidden_size=self.embed([""]).shape[1])
         return self.family.hidden_size
 
-    # -- public API (same signatures as PoolingEngine) ----------------------------------------------------------
-    def embed(
-        self,
-        texts: Iterable[str],
-        *,
-        kind: Literal["document", "query"] = "document",
-        instruction: str | None = None,
-        dimensions: int | None = None,
-        normalize: bool = True,
-        show_progress: bool = False,
-        truncate: Truncate | None = None,
-        timeout: float | None = None,
-        output: Output | Sequence[Output] = "dense",
-        precision: Precision = "float32",
-        ranges: np.ndarray | None = None,
-        calibration_embeddings: np.ndarray | None = None,
-    ) -> Any:
-        quantize, wire = self._quantizer(precision, ranges, calibration_embeddings, output, dimensions)
-        work = self._embed(
-            texts, kind, instruction, dimensions, normalize, self._truncate(truncate, precision), output, wire
-        )
-        return quantize(self._run(self._call(timeout, work)))
+    # -- public API (PoolingEngine's; the options: rbln_retrieval.engines.requests) ---------------------------
+    def embed(self, texts: Iterable[str], **options: Unpack[EmbedOptions]) -> Any:
+        request = EmbedRequest(**options)
+        quantize, work = self._embed_call(texts, request)
+        return quantize(self._run(self._call(request.timeout, work)))
 
-    async def aembed(
-        self,
-        texts: Iterable[str],
-        *,
-        kind: Literal["document", "query"] = "document",
-        instruction: str | None = None,
-        dimensions: int | None = None,
-        normalize: bool = True,
-        show_progress: bool = False,
-        truncate: Truncate | None = None,
-        timeout: float | None = None,
-        output: Output | Sequence[Output] = "dense",
-        precision: Precision = "float32",
-        ranges: np.ndarray | None = None,
-        calibration_embeddings: np.ndarray | None = None,
-    ) -> Any:
-        quantize, wire = self._quantizer(precision, ranges, calibration_embeddings, output, dimensions)
-        work = self._embed(
-            texts, kind, instruction, dimensions, normalize, self._truncate(truncate, precision), output, wire
-        )
-        return quantize(await self._arun(self._call(timeout, work)))
+    async def aembed(self, texts: Iterable[str], **options: Unpack[EmbedOptions]) -> Any:
+        request = EmbedRequest(**options)
+        quantize, work = self._embed_call(texts, request)
+        return quantize(await self._arun(self._call(request.timeout, work)))
 
-    def score(
-        self,
-        query: str,
-        documents: Iterable[str],
-        *,
-        instruction: str | None = None,
-        truncate: Truncate | None = None,
-        timeout: float | None = None,
-        output: Literal["dense", "multi_vector"] = "dense",
-    ) -> list[float]:
-        return self._run(
-            self._call(timeout, self._score(query, documents, instruction, self._truncate(truncate), output))
-        )
+    def score(self, query: str, documents: Iterable[str], **options: Unpack[ScoreOptions]) -> list[float]:
+        request = ScoreRequest(**options)
+        return self._run(self._call(request.timeout, self._score(query, documents, request)))
 
-    async def ascore(
-        self,
-        query: str,
-        documents: Iterable[str],
-        *,
-        instruction: str | None = None,
-        truncate: Truncate | None = None,
-        timeout: float | None = None,
-        output: Literal["dense", "multi_vector"] = "dense",
-    ) -> list[float]:
-        return await self._arun(
-            self._call(timeout, self._score(query, documents, instruction, self._truncate(truncate), output))
-        )
+    async def ascore(self, query: str, documents: Iterable[str], **options: Unpack[ScoreOptions]) -> list[float]:
+        request = ScoreRequest(**options)
+        return await self._arun(self._call(request.timeout, self._score(query, documents, request)))
 
-    def rerank(
-        self,
-        query: str,
-        documents: Iterable[str],
-        *,
-        top_n: int | None = None,
-        instruction: str | None = None,
-        truncate: Truncate | None = None,
-        timeout: float | None = None,
-        output: Literal["dense", "multi_vector"] = "dense",
-    ) -> list[tuple[int, float]]:
-        scores = self.score(
-            query, documents, instruction=instruction, truncate=truncate, timeout=timeout, output=output
-        )
-        return rank(scores, top_n)
+    def rerank(self, query: str, documents: Iterable[str], **options: Unpack[RerankOptions]) -> list[tuple[int, float]]:
+        request = RerankRequest(**options)
+        return rank(self._run(self._call(request.timeout, self._score(query, documents, request))), request.top_n)
 
     async def arerank(
-        self,
-        query: str,
-        documents: Iterable[str],
-        *,
-        top_n: int | None = None,
-        instruction: str | None = None,
-        truncate: Truncate | None = None,
-        timeout: float | None = None,
-        output: Literal["dense", "multi_vector"] = "dense",
+        self, query: str, documents: Iterable[str], **options: Unpack[RerankOptions]
     ) -> list[tuple[int, float]]:
-        scores = await self.ascore(
-            query, documents, instruction=instruction, truncate=truncate, timeout=timeout, output=output
-        )
-        return rank(scores, top_n)
+        request = RerankRequest(**options)
+        scores = await self._arun(self._call(request.timeout, self._score(query, documents, request)))
+        return rank(scores, request.top_n)
 
     # -- implementation (on the client's loop) ------------------------------------------------------------------
     def _truncate(self, truncate: Truncate | None, precision: str = "float32") -> Truncate:
         return check_truncate(self.truncate if truncate is None else truncate, precision)
 
-    def _quantizer(self, precision: str, ranges: Any, calibration: Any, output: Any, dimensions: int | None) -> Any:
+    def _embed_call(
+        self, texts: Iterable[str], request: EmbedRequest
+    ) -> tuple[Callable[[Any], Any], Coroutine[Any, Any, Any]]:
+        """(what to apply to the answer, the call's work), every option checked first."""
+        quantize, wire = self._quantizer(request)
+        truncate = self._truncate(request.truncate, request.precision)
+        return quantize, self._embed(texts, request, truncate=truncate, wire=wire)
+
+    def _quantizer(self, request: EmbedRequest) -> Any:
         """(what to apply to the answer, what to ask a server for), every argument checked before any request where
         the vectors' width is known. An `rbln-retrieval serve` server quantizes and sends the quantized bytes (ranges
         travel, calibration embeddings never do); a plain vLLM server sends float32, quantized here."""
+        precision, ranges, calibration, output = (
+            request.precision,
+            request.ranges,
+            request.calibration_embeddings,
+            request.output,
+        )
         if check_precision(precision, ranges, calibration, output=output) == "float32":
             return (lambda rows: rows), None
         known = self._remote.family
-        width = dimensions or (known.hidden_size if known is not None else 0)
+        width = request.dimensions or (known.hidden_size if known is not None else 0)
         if width:
             ranges = resolve_ranges(precision, ranges, calibration, width)
         elif calibration is not None:
@@ -290,27 +240,31 @@ class RemoteEngine(ClientLoop):
     async def _embed(
         self,
         texts: Iterable[str],
-        kind: str,
-        instruction: str | None,
-        dimensions: int | None,
-        normalize: bool,
+        request: EmbedRequest,
+        *,
         truncate: Truncate,
-        output: Any = "dense",
         wire: dict[str, Any] | None = None,
         what: str = "texts",
     ) -> Any:
         family = await self._described()  # never the sync property here: it would wait on this very loop
         if chunked := chunking(truncate):  # cut here with the model's tokenizer: the server embeds windows that fit
-            prefix = embed_prefix(family, self.model, kind, instruction)
+            prefix = embed_prefix(family, self.model, request.kind, request.instruction)
             windows = embed_windows(await self._remote.tokenizer(family), prefix, chunked)
-            embed = partial(self._embed, kind=kind, instruction=instruction, dimensions=dimensions, normalize=normalize)
-            return await embed_chunked(
-                windows, texts, chunked, normalize, partial(embed, truncate="end"), output=output
+
+            async def embed(pieces: list[str]) -> np.ndarray:  # float32 windows: the mean is quantized, if asked
+                vectors: np.ndarray = await self._embed(pieces, request, truncate="end")
+                return vectors
+
+            return await embed_windowed(
+                windows, texts, chunked, normalize=request.normalize, embed=embed, output=request.output, what=what
             )
+        output = request.output
         if not (isinstance(output, str) and output == "dense") or not family.gives_dense:
             outputs = check_remote_outputs(output, family=family.name, model=self.model)
-            return {outputs[0]: await self._embed(texts, kind, instruction, dimensions, normalize, truncate, what=what)}
-        prefix = embed_prefix(family, self.model, kind, instruction)
+            dense = replace(request, output="dense")
+            return {outputs[0]: await self._embed(texts, dense, truncate=truncate, what=what)}
+        dimensions = request.dimensions
+        prefix = embed_prefix(family, self.model, request.kind, request.instruction)
         if family.hidden_size:
             check_dimensions(
                 dimensions,
@@ -319,7 +273,7 @@ class RemoteEngine(ClientLoop):
                 model=self.model,
                 sizes=family.matryoshka_dimensions,
             )
-        payload: dict[str, Any] = {"use_activation": normalize, **self._truncation(family, truncate)}
+        payload: dict[str, Any] = {"use_activation": request.normalize, **self._truncation(family, truncate)}
         if dimensions is not None:
             payload["dimensions"] = dimensions
         prompts = [prefix + t for _, chunk in chunks(texts, what) for t in chunk]
@@ -345,42 +299,65 @@ class RemoteEngine(ClientLoop):
         data = sorted(answer["data"], key=lambda row: row["index"])
         return [np.frombuffer(base64.b64decode(row["embedding"]), dtype=dtype) for row in data]
 
-    async def _score(
-        self, query: str, documents: Iterable[str], instruction: str | None, truncate: Truncate, output: str = "dense"
+    def _score(self, query: str, documents: Iterable[str], request: ScoreRequest) -> Coroutine[Any, Any, list[float]]:
+        """The call's work on the client's loop, its options checked first."""
+        truncate = self._truncate(request.truncate)
+        scorer = Scorer(
+            model=self.model,
+            family=self._described,
+            tokenizer=self._remote.tokenizer,
+            # vLLM's server gives dense vectors only: a token-level output is refused, naming the local engine
+            check_outputs=check_remote_outputs,
+            embed=self._embed,
+            score_pairs=self._score_pairs,
+            score_qwen3_reranker=self._score_qwen3_reranker,
+        )
+        return score(scorer, query, documents, request=request, truncate=truncate)
+
+    async def _score_pairs(
+        self, query: str, documents: Iterable[str], *, family: ModelFamily, instruction: str | None, truncate: Truncate
     ) -> list[float]:
-        query = check_query(query)
-        family = await self._described()
-        if chunked := chunking(truncate):
-            windows = score_windows(await self._remote.tokenizer(family), self.model, query, instruction, chunked)
-            score = partial(self._score, query, instruction=instruction, truncate="end")
-            return await score_chunked(windows, documents, chunked, score, output=output)
-        if output != "dense" or not family.gives_dense:  # multi-vectors (late interaction) and sparse: not served
-            late = output if output != "dense" else family.spec.outputs[0]  # the family's one output
-            check_remote_outputs(late, family=family.name, model=self.model)
+        """A cross-encoder's scores from the server's /score route (it takes no instruction)."""
+        cut = self._truncation(family, truncate)
+        return await self._served_scores(
+            "/score",
+            [d for _, chunk in chunks(documents, "documents") for d in chunk],
+            body=lambda items: {"queries": query, "documents": items, **cut},
+            read=lambda row: row["score"],
+            reserve=len(json.dumps(query)),  # the query travels in every request: room kept for it
+        )
+
+    async def _score_qwen3_reranker(
+        self, query: str, documents: Iterable[str], *, family: ModelFamily, instruction: str | None, truncate: Truncate
+    ) -> list[float]:
+        """Qwen3-Reranker's P(yes) from the server's /classify route, its whole prompt sent as text."""
+        cut = self._truncation(family, truncate)
         docs = [d for _, chunk in chunks(documents, "documents") for d in chunk]
-        if not docs:
+        return await self._served_scores(
+            "/classify",
+            qwen3_reranker_prompts(family, query, docs, instruction),
+            body=lambda items: {"input": items, "add_special_tokens": False, **cut},
+            read=lambda row: row["probs"][0],
+        )
+
+    async def _served_scores(
+        self,
+        path: str,
+        items: list[str],
+        *,
+        body: Callable[[list[str]], dict[str, Any]],
+        read: Callable[[dict[str, Any]], float],
+        reserve: int = 0,
+    ) -> list[float]:
+        """One finite score per item, in input order, from ``path``'s answers to the batches' ``body``."""
+        if not items:
             return []
-        method = score_method(family, self.model, instruction)
-        if method.embeds:
-            doc_vectors = await self._embed(docs, "document", None, None, True, truncate, what="documents")
-            query_vector = (await self._embed([query], "query", instruction, None, True, truncate))[0]
-            return [float(s) for s in doc_vectors @ query_vector]
-        if method is Scoring.TEMPLATE:
-            prompts = qwen3_reranker_prompts(family, query, docs, instruction)
 
-            async def batch(items: list[str]) -> list[float]:
-                body = {"input": items, "add_special_tokens": False, **self._truncation(family, truncate)}
-                data = (await self._post("/classify", body))["data"]
-                return [row["probs"][0] for row in sorted(data, key=lambda row: row["index"])]
+        async def batch(part: list[str]) -> list[float]:
+            data = (await self._post(path, body(part)))["data"]
+            return [read(row) for row in sorted(data, key=lambda row: row["index"])]
 
-            return finite_scores(await self._batched(prompts, batch))
-
-        async def pairs(items: list[str]) -> list[float]:  # the query travels in every request: room kept for it
-            body = {"queries": query, "documents": items, **self._truncation(family, truncate)}
-            data = (await self._post("/score", body))["data"]
-            return [row["score"] for row in sorted(data, key=lambda row: row["index"])]
-
-        return finite_scores(await self._batched(docs, pairs, reserve=len(json.dumps(query))))
+        return finite_scores(await self._batched(items, batch, reserve=reserve))
 
     async def _batched(
         self, items: list[Any], call: Callable[[list[Any]], Awaitable[list[Any]]], reserve: int = 0

@@ -7,49 +7,28 @@ call carries (the prompt and special tokens; for a reranker the query and the pa
 offsets), read as a whole model input (prompt, special tokens, query), so local and remote engines read the same
 windows and a caller can repeat the computation on ``text[start:end]`` by hand.
 
-Combining: ``embed`` gives the mean of the window vectors weighted by each window's text tokens (vLLM's chunked
-processing weights by tokens too), normalized again when the call normalizes; ``Chunk(output="all")`` gives every
-window's vector with its span instead. ``score``/``rerank`` give a document its best window's score.
+This module plans windows only (input -> character spans and their token counts) and calls no engine: the windows
+are pooled through the engine by rbln_retrieval.engines.windows and combined by rbln_retrieval.results.windows
+(``embed``: the mean of the window vectors weighted by each window's text tokens, as vLLM's chunked processing
+weighs them, normalized again when the call normalizes, or every window's vector with its span;
+``score``/``rerank``: a document's best window's score).
 
-Memory stays bounded: texts are taken CHUNK_SIZE at a time, and their windows are embedded or scored WINDOW_BATCH at
-a time into running sums (per text, while the text's windows are held as spans, not strings).
-
-Imports: models (families, family_prompts, spec), text (inputs, prompts, tokens); numpy.
+Imports: models (families, spec), text (inputs, prompts, tokens).
 """
 
 from __future__ import annotations
 
-import asyncio
-import itertools
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
+from collections.abc import Callable
 
 from rbln_retrieval.models.families import ModelFamily
-from rbln_retrieval.models.family_prompts import QWEN3_RERANKER_PREFIX, QWEN3_RERANKER_SUFFIX
 from rbln_retrieval.models.spec import Scoring
-from rbln_retrieval.text.inputs import CHUNK_SIZE, Chunk, chunks
-from rbln_retrieval.text.prompts import embed_prefix, qwen3_reranker_pairs, score_method
+from rbln_retrieval.text.inputs import Chunk
+from rbln_retrieval.text.prompts import embed_prefix, pair_template, qwen3_reranker_pairs, score_method
 from rbln_retrieval.text.tokens import PromptTokenizer
 
-# Windows embedded or scored per engine call: the engine's own batching unit.
-WINDOW_BATCH = CHUNK_SIZE
-
 Span = tuple[int, int]
+Plan = tuple[list[Span], list[int]]  # one text's windows: character spans and the text tokens each holds
 PROBE = "a"
-
-
-@dataclass(frozen=True)
-class ChunkedEmbedding:
-    """One text's windows under ``Chunk(output="all")``: ``vectors`` float32 (windows, d) in text order, and each
-    window's character ``spans`` (start, end) in the text and its count of the text's ``tokens`` (the weights of
-    ``output="mean"``)."""
-
-    vectors: np.ndarray
-    spans: list[Span]
-    tokens: list[int]
 
 
 class Windows:
@@ -82,7 +61,7 @@ class Windows:
                 f"(max_length={self.max_length} minus {self.overhead} for the {around})."
             )
 
-    def spans(self, texts: list[str], what: str = "texts", first: int = 0) -> list[tuple[list[Span], list[int]]]:
+    def spans(self, texts: list[str], what: str = "texts", first: int = 0) -> list[Plan]:
         """(character spans, text tokens per window) for each text; a text that fits is the one span (0, len).
         ``what[first]`` names ``texts[0]`` in errors."""
         return [
@@ -92,7 +71,7 @@ class Windows:
             for i, (text, length) in enumerate(zip(texts, self.lengths(texts)))
         ]
 
-    def _cut(self, text: str, name: str) -> tuple[list[Span], list[int]]:
+    def _cut(self, text: str, name: str) -> Plan:
         offsets = self.hf(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
         budget = self.budget
         while True:
@@ -144,9 +123,8 @@ def score_windows(tokenizer: PromptTokenizer, model: str, query: str, instructio
 
         return Windows(tokenizer, pairs, chunk.overlap, "query and special tokens")
     # As rbln_retrieval.text.tokens assembles it: the fixed prefix and suffix tokens around the tokenized pair text.
-    fixed = sum(
-        len(hf(part, add_special_tokens=False)["input_ids"]) for part in (QWEN3_RERANKER_PREFIX, QWEN3_RERANKER_SUFFIX)
-    )
+    template = pair_template(family)
+    fixed = sum(len(hf(part, add_special_tokens=False)["input_ids"]) for part in (template.prefix, template.suffix))
 
     def qwen3(docs: list[str]) -> list[int]:
         texts = qwen3_reranker_pairs(family, query, docs, instruction)
@@ -155,103 +133,11 @@ def score_windows(tokenizer: PromptTokenizer, model: str, query: str, instructio
     return Windows(tokenizer, qwen3, chunk.overlap, "query, instruction and Qwen3-Reranker template")
 
 
-def _dense_only(output: Any, family: ModelFamily) -> None:
+def check_dense_only(output: object, family: ModelFamily) -> None:
+    """Windows combine dense vectors and scores: refuse a token-level ``output`` (or a model that gives only those)."""
     if not (isinstance(output, str) and output == "dense") or family.late_interaction_only:
         late = " (its model gives token vectors only)" if family.late_interaction_only else ""
         raise ValueError(
             f"truncate='chunk' combines dense vectors and scores; output={output!r}{late} takes truncate 'end', "
             "'start' or 'error'."
         )
-
-
-async def _stream(
-    windows: Windows,
-    texts: Iterable[str],
-    what: str,
-    run: Callable[[list[str]], Awaitable[Any]],
-    plan: Callable[[int, list[tuple[list[Span], list[int]]]], None],
-    take: Callable[[int, Any], None],
-) -> None:
-    """Plan each chunk of ``texts`` (``plan(index of its first text, plans)``, in a worker thread), then run ``run``
-    over its windows WINDOW_BATCH at a time, handing each row in order to ``take(index of its text, row)``."""
-    for first, chunk in chunks(texts, what):
-        plans = await asyncio.to_thread(windows.spans, chunk, what, first)
-        plan(first, plans)
-        items = ((first + i, text[a:b]) for i, (text, (spans, _)) in enumerate(zip(chunk, plans)) for a, b in spans)
-        while batch := list(itertools.islice(items, WINDOW_BATCH)):
-            rows = await run([piece for _, piece in batch])
-            for (index, _), row in zip(batch, rows):
-                take(index, row)
-
-
-async def embed_chunked(
-    windows: Windows,
-    texts: Iterable[str],
-    chunk: Chunk,
-    normalize: bool,
-    embed: Callable[[list[str]], Awaitable[np.ndarray]],
-    *,
-    output: Any = "dense",
-    what: str = "texts",
-) -> np.ndarray | list[ChunkedEmbedding]:
-    """One vector per text (``chunk.output == "mean"``) or one ChunkedEmbedding per text (``"all"``), in input
-    order; ``embed`` embeds a list of window texts as the call embeds texts (an empty list: the empty result)."""
-    _dense_only(output, windows.family)
-    plans: dict[int, tuple[list[Span], list[int]]] = {}
-    rows: list[np.ndarray] = []
-    results: list[Any] = []
-
-    def plan(first: int, chunk_plans: list[tuple[list[Span], list[int]]]) -> None:
-        plans.update((first + i, p) for i, p in enumerate(chunk_plans))
-
-    def take(index: int, row: Any) -> None:
-        # Windows arrive in text order: a text's rows are complete when its last window arrives.
-        rows.append(row)
-        spans, tokens = plans[index]
-        if len(rows) == len(spans):
-            del plans[index]
-            results.append(_combined(rows, spans, tokens, chunk, normalize))
-            rows.clear()
-
-    await _stream(windows, texts, what, embed, plan, take)
-    if chunk.output == "all":
-        return results
-    if not results:
-        return await embed([])
-    return np.stack(results).astype(np.float32, copy=False)
-
-
-def _combined(vectors: list[np.ndarray], spans: list[Span], tokens: list[int], chunk: Chunk, normalize: bool) -> Any:
-    if chunk.output == "all":
-        return ChunkedEmbedding(np.stack(vectors).astype(np.float32, copy=False), spans, tokens)
-    if len(vectors) == 1:  # a text that fits: its vector as computed, not normalized again
-        return vectors[0]
-    weights = np.asarray(tokens, dtype=np.float64)
-    mean = (np.stack(vectors).astype(np.float64) * weights[:, None]).sum(0) / weights.sum()
-    if normalize:
-        mean /= max(float(np.linalg.norm(mean)), 1e-12)
-    return mean.astype(np.float32)
-
-
-async def score_chunked(
-    windows: Windows,
-    documents: Iterable[str],
-    chunk: Chunk,
-    score: Callable[[list[str]], Awaitable[list[float]]],
-    *,
-    output: str = "dense",
-) -> list[float]:
-    """Each document's best window's score, in input order; ``score`` scores a list of window texts."""
-    _dense_only(output, windows.family)
-    if chunk.output != "mean":
-        raise ValueError("Chunk(output='all') applies to embed; a document's score is its best window's.")
-    best: list[float] = []
-
-    def plan(first: int, chunk_plans: list[Any]) -> None:
-        best.extend([-np.inf] * len(chunk_plans))
-
-    def take(index: int, row: Any) -> None:
-        best[index] = max(best[index], float(row))
-
-    await _stream(windows, documents, "documents", score, plan, take)
-    return best

@@ -9,6 +9,7 @@ from typing import Any, ClassVar, TypeVar
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 
 from rbln_retrieval import ModelFamily, detect_family
+from rbln_retrieval.frameworks.connect import EngineHandle
 from rbln_retrieval.frameworks.settings import ENGINE_SETTINGS, EngineSettings
 
 T = TypeVar("T")
@@ -56,14 +57,10 @@ class RBLNEngineModel(EngineSettings):
         """Raise ValueError when this model cannot serve the subclass (checked before an engine starts)."""
 
     @property
-    def engine(self) -> Any:
+    def engine(self) -> EngineHandle:
         """This object's claim on the shared `rbln_retrieval` engine (or remote client): the engine's API, and
         `close()` releases this object's claim only."""
         return self._engine
-
-    def _call_options(self) -> dict[str, Any]:
-        """Per-call settings, read at each call so that assigning them takes effect."""
-        return {"truncate": self.truncate, "timeout": self.timeout}
 
 
 def batches(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:

@@ -11,6 +11,7 @@ from tqdm.auto import tqdm
 
 from langchain_rbln._engine import RBLNEngineModel, batches
 from rbln_retrieval import ModelFamily
+from rbln_retrieval.frameworks.connect import EmbedOptions
 from rbln_retrieval.models.source import DEFAULT_EMBEDDING_MODEL
 from rbln_retrieval.text.images import framework_images
 from rbln_retrieval.text.inputs import check_dimensions, check_texts
@@ -178,7 +179,7 @@ class RBLNEmbeddings(RBLNEngineModel, Embeddings):
             raise ValueError(f"precision={self.precision!r} applies to texts; images embed as float32 only.")
         return framework_images(uris)
 
-    def _options(self, kind: Literal["document", "query"]) -> dict[str, Any]:
+    def _options(self, kind: Literal["document", "query"]) -> EmbedOptions:
         return {
             "kind": kind,
             "instruction": self.query_instruction if kind == "query" else self.document_instruction,
@@ -188,7 +189,9 @@ class RBLNEmbeddings(RBLNEngineModel, Embeddings):
             "ranges": None if self.quantization_ranges is None else np.asarray(self.quantization_ranges),
             # Progress is reported here across batches; one engine bar per batch would restart every batch.
             "show_progress": False,
-            **self._call_options(),
+            # Read at each call, so that assigning them takes effect.
+            "truncate": self.truncate,
+            "timeout": self.timeout,
         }
 
     def _progress(self, total: int) -> tqdm:

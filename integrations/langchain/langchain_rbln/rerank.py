@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.callbacks import Callbacks
 from langchain_core.documents import BaseDocumentCompressor, Document
@@ -12,6 +12,7 @@ from pydantic import Field
 
 from langchain_rbln._engine import RBLNEngineModel, batches
 from rbln_retrieval import ModelFamily, rank
+from rbln_retrieval.frameworks.connect import ScoreOptions
 from rbln_retrieval.models.source import DEFAULT_RERANKER_MODEL
 from rbln_retrieval.results.outputs import check_outputs
 from rbln_retrieval.text.prompts import score_method
@@ -76,9 +77,10 @@ class RBLNReranker(RBLNEngineModel, BaseDocumentCompressor):
         if self.late_interaction:
             check_outputs("multi_vector", family=family.name, model=self.model)
 
-    def _score_options(self) -> dict[str, Any]:
-        output = "multi_vector" if self.late_interaction else "dense"
-        return {"instruction": self.instruction, "output": output, **self._call_options()}
+    def _score_options(self) -> ScoreOptions:
+        output: Literal["dense", "multi_vector"] = "multi_vector" if self.late_interaction else "dense"
+        # Read at each call, so that assigning them takes effect.
+        return {"instruction": self.instruction, "output": output, "truncate": self.truncate, "timeout": self.timeout}
 
     def rerank(self, documents: Sequence[str | Document], query: str, top_n: int | None = None) -> list[dict[str, Any]]:
         """Rank `documents` (strings or Documents) by relevance to `query`, best first.

@@ -4,12 +4,15 @@ QdrantVectorStore's sparse and hybrid retrieval modes (needs the ``qdrant`` extr
 
 from __future__ import annotations
 
+from typing import Literal
+
 from langchain_qdrant.sparse_embeddings import SparseEmbeddings, SparseVector
 from pydantic import Field
 
 from langchain_rbln._engine import RBLNEngineModel, batches
 from langchain_rbln.embeddings import _check_text
 from rbln_retrieval import ModelFamily
+from rbln_retrieval.frameworks.connect import EmbedOptions
 from rbln_retrieval.models.source import DEFAULT_SPARSE_MODEL
 from rbln_retrieval.results.outputs import check_outputs
 from rbln_retrieval.text.inputs import check_texts
@@ -71,9 +74,16 @@ class RBLNSparseEmbeddings(RBLNEngineModel, SparseEmbeddings):
     async def aembed_query(self, text: str) -> SparseVector:
         return _vector((await self.engine.aembed([_check_text(text)], **self._options("query")))[0])
 
-    def _options(self, kind: str) -> dict:
+    def _options(self, kind: Literal["document", "query"]) -> EmbedOptions:
         instruction = self.query_instruction if kind == "query" else self.document_instruction
-        return {"kind": kind, "instruction": instruction, "output": "sparse", **self._call_options()}
+        return {
+            "kind": kind,
+            "instruction": instruction,
+            "output": "sparse",
+            # Read at each call, so that assigning them takes effect.
+            "truncate": self.truncate,
+            "timeout": self.timeout,
+        }
 
 
 def _vector(weights: dict[int, float]) -> SparseVector:

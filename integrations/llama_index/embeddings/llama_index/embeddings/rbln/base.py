@@ -11,6 +11,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr, field_validator
 
 from rbln_retrieval import detect_family
+from rbln_retrieval.frameworks.connect import EmbedOptions
 from rbln_retrieval.frameworks.settings import ENGINE_SETTINGS, EngineSettings
 from rbln_retrieval.models.source import DEFAULT_EMBEDDING_MODEL
 
@@ -119,7 +120,7 @@ class RBLNEmbedding(EngineSettings, BaseEmbedding):
     def class_name(cls) -> str:
         return "RBLNEmbedding"
 
-    def _options(self, kind: Literal["document", "query"]) -> dict[str, Any]:
+    def _options(self, kind: Literal["document", "query"]) -> EmbedOptions:
         return {
             "kind": kind,
             "instruction": self.query_instruction if kind == "query" else self.text_instruction,

@@ -10,6 +10,7 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr, field_validator
 
 from llama_index.embeddings.rbln.base import DEFAULT_RBLN_EMBED_BATCH_SIZE
 from rbln_retrieval import detect_family
+from rbln_retrieval.frameworks.connect import EmbedOptions
 from rbln_retrieval.frameworks.settings import ENGINE_SETTINGS, EngineSettings
 from rbln_retrieval.models.source import DEFAULT_SPARSE_MODEL
 from rbln_retrieval.results.outputs import check_outputs
@@ -68,7 +69,7 @@ class RBLNSparseEmbedding(EngineSettings, BaseSparseEmbedding):
     def class_name(cls) -> str:
         return "RBLNSparseEmbedding"
 
-    def _options(self, kind: Literal["document", "query"]) -> dict[str, Any]:
+    def _options(self, kind: Literal["document", "query"]) -> EmbedOptions:
         return {
             "kind": kind,
             "instruction": self.query_instruction if kind == "query" else self.text_instruction,

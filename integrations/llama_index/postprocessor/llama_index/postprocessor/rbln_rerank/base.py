@@ -15,6 +15,7 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
 
 from rbln_retrieval import rank
+from rbln_retrieval.frameworks.connect import ScoreOptions
 from rbln_retrieval.frameworks.settings import ENGINE_SETTINGS, EngineSettings
 from rbln_retrieval.models.source import DEFAULT_RERANKER_MODEL
 
@@ -124,7 +125,7 @@ class RBLNReranker(EngineSettings, BaseNodePostprocessor):
         return self._end(result)
 
     # -- shared by the sync and async paths ----------------------------------------------------------------------
-    def _call_options(self) -> dict[str, Any]:
+    def _call_options(self) -> ScoreOptions:
         # Read at each call, so that assigning these fields takes effect.
         return {
             "instruction": self.instruction,
