@@ -91,7 +91,7 @@ def detect_family(model_dir: str | Path, *, max_length: int | None = None, famil
     ckpt = Checkpoint(model_dir, config, max_length)
     if refused := refusal(model_dir, ckpt.arch):
         raise refused
-    spec = next((s for s in SPECS if s.images and s.detect(ckpt)), None) or _text_spec(ckpt, family)
+    spec = next((s for s in SPECS if s.images and s.claims(ckpt)), None) or _text_spec(ckpt, family)
     return ModelFamily(name=family_name(spec), **spec.preset(ckpt))
 
 
@@ -99,7 +99,7 @@ def _text_spec(ckpt: Checkpoint, family: str | None) -> FamilySpec:
     if family:
         named = spec_named(family)
         return DEFAULT_SPEC if named.images else named
-    if spec := next((s for s in SPECS if not s.images and s.detect(ckpt)), None):
+    if spec := next((s for s in SPECS if not s.images and s.claims(ckpt)), None):
         return spec
     supported = sorted(set().union(*(s.architectures for s in SPECS)))
     raise ModelNotSupportedError(

@@ -136,8 +136,9 @@ class FamilySpec:
 
     name: str  # as ModelFamily.name, options' ``family=`` and a server's description carry it
     architectures: frozenset[str]  # config.json architectures it runs (for the "supported" list)
-    detect: Callable[[Checkpoint], bool]  # claims a checkpoint (may refuse one it recognises but cannot run)
     preset: Callable[[Checkpoint], dict[str, Any]]  # the checkpoint's ModelFamily fields (all but name)
+    # Claims a checkpoint (may refuse one it recognises but cannot run); None: by its architecture alone.
+    detect: Callable[[Checkpoint], bool] | None = None
     scoring: Scoring = Scoring.COSINE
     outputs: tuple[Output, ...] = ("dense",)
     maxsim_reduction: Literal["sum", "mean"] = "sum"  # how MaxSim combines the query vectors' best matches
@@ -153,6 +154,10 @@ class FamilySpec:
     refuse_output: str | None = None  # sentence for an output it lacks: {model}, {output}, {missing} (the head)
     npu_note: str | None = None  # what the NPU runner does with its token-level outputs, when not the usual
     images: bool = False  # embeds images and texts into one space; claimed by architecture, never by ``family=``
+
+    def claims(self, ckpt: Checkpoint) -> bool:
+        """Whether this family runs ``ckpt``."""
+        return self.detect(ckpt) if self.detect is not None else ckpt.arch in self.architectures
 
     @property
     def pooling_task(self) -> Literal["embed", "classify"]:

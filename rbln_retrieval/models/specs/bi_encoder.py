@@ -39,6 +39,5 @@ def encoder_preset(ckpt: Checkpoint, common: dict[str, Any]) -> dict[str, Any]:
 SPEC = FamilySpec(
     name="bi-encoder",
     architectures=ARCHS,
-    detect=lambda ckpt: ckpt.arch in ARCHS,
     preset=lambda ckpt: encoder_preset(ckpt, ckpt.common()),
 )

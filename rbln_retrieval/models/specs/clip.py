@@ -30,7 +30,6 @@ def _preset(ckpt: Checkpoint) -> dict[str, Any]:
 SPEC = FamilySpec(
     name="clip",
     architectures=frozenset({ARCH}),
-    detect=lambda ckpt: ckpt.arch == ARCH,
     preset=_preset,
     images=True,
 )

@@ -34,7 +34,6 @@ def _preset(ckpt: Checkpoint) -> dict[str, Any]:
 SPEC = FamilySpec(
     name="cross-encoder",
     architectures=ARCHS,
-    detect=lambda ckpt: ckpt.arch in ARCHS,
     preset=_preset,
     scoring=Scoring.PAIRS,
 )

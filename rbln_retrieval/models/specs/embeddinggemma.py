@@ -70,7 +70,6 @@ def _preset(ckpt: Checkpoint) -> dict[str, Any]:
 SPEC = FamilySpec(
     name="embeddinggemma",
     architectures=ARCHS,
-    detect=lambda ckpt: ckpt.arch in ARCHS,
     preset=_preset,
     query_prompt=EMBEDDINGGEMMA_QUERY_PROMPT,
     document_prompt=EMBEDDINGGEMMA_DOCUMENT_PROMPT,

@@ -22,6 +22,5 @@ def _preset(ckpt: Checkpoint) -> dict[str, Any]:
 SPEC = FamilySpec(
     name="gte-new",
     architectures=frozenset({ARCH}),
-    detect=lambda ckpt: ckpt.arch == ARCH,
     preset=_preset,
 )

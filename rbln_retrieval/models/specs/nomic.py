@@ -24,7 +24,6 @@ def _preset(ckpt: Checkpoint) -> dict[str, Any]:
 SPEC = FamilySpec(
     name="nomic",
     architectures=frozenset({ARCH}),
-    detect=lambda ckpt: ckpt.arch == ARCH,
     preset=_preset,
     query_prompt=NOMIC_QUERY_PREFIX,
     document_prompt=NOMIC_DOCUMENT_PREFIX,
