@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import reference
-from model_builders import minilm_path
+from model_builders import MAX_POSITIONS, minilm_path
 from npu import NPUS, rbln_options, start_rbln
 
 from rbln_retrieval import PoolingEngine, backend
@@ -321,7 +321,8 @@ def test_langchain_vector_store_on_the_rbln_target(npu, npu_minilm, minilm_engin
 @pytest.fixture(scope="module")
 def reference_cross_encoder_scores(tiny_models):
     """Plain transformers' scores of the tiny cross-encoder (the passages are shorter than its max length)."""
-    return reference.cross_encoder_scores(str(tiny_models["bert-cross-encoder"]), QUERY, PASSAGES, max_length=512)
+    path = str(tiny_models["bert-cross-encoder"])
+    return reference.cross_encoder_scores(path, QUERY, PASSAGES, max_length=MAX_POSITIONS)
 
 
 @pytest.mark.parametrize("npu", ["RBLN-CR13"], indirect=True)
