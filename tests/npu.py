@@ -27,9 +27,12 @@ def rbln_options(npu: str = "RBLN-CA25", *, default_shapes: bool = False, **sett
     }
 
 
-def start_rbln(path: Path, npu: str, *, default_shapes: bool = False, **options: Any) -> Any:
+def start_rbln(
+    path: Path, npu: str, *, default_shapes: bool = False, settings: dict[str, Any] | None = None, **options: Any
+) -> Any:
     """A shared rbln-target engine for ``npu`` that compiles afresh: a compile cache of its own (under the
-    session's) and the stand-in's in-memory compile cache emptied, as in a new process on a new host."""
+    session's) and the stand-in's in-memory compile cache emptied, as in a new process on a new host;
+    ``settings``: the runner's, over the tests' (e.g. other shapes)."""
     from rbln_retrieval import PoolingEngine
 
     if (mega_cache := sys.modules.get("rebel.core.mega_cache")) is not None:
@@ -37,6 +40,8 @@ def start_rbln(path: Path, npu: str, *, default_shapes: bool = False, **options:
     base = os.environ["RBLN_RETRIEVAL_CACHE_DIR"]
     os.environ["RBLN_RETRIEVAL_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"{npu}-", dir=base)
     try:
-        return PoolingEngine.shared(path, **rbln_options(npu, default_shapes=default_shapes), **options)
+        return PoolingEngine.shared(
+            path, **rbln_options(npu, default_shapes=default_shapes, **(settings or {})), **options
+        )
     finally:
         os.environ["RBLN_RETRIEVAL_CACHE_DIR"] = base

@@ -163,14 +163,18 @@ def test_multimodal_checkpoints_refused_by_name(arch, reason, tmp_path):
         detect_family(tmp_path)
 
 
-@pytest.mark.parametrize("options", [{"strict_shapes": True}])
-def test_traced_targets_refuse_image_text_models_in_one_sentence(options, model_dirs):
-    """The vision tower is not a static graph yet: a traced engine (strict shapes here; the NPU target traces the
-    same way) refuses at start instead of failing inside a step."""
-    from rbln_retrieval import EngineStartError
-
-    with pytest.raises(EngineStartError, match="Image-text models run on the host target's untraced steps only"):
-        PoolingEngine(model_dirs["clip"], device="cpu", dtype="float32", **options)
+def test_a_traced_engine_embeds_as_the_untraced_one(model_dirs, engines):
+    """strict_shapes traces the steps as the NPU target does (the vision tower as graphs of its own, the text tower
+    without vLLM's host-synchronising merge; the NPU routes: tests/backend/test_image_text_rbln.py)."""
+    images = sample_images(3, seed=7)
+    buckets = {"additional_config": {"rbln_retrieval": {"buckets": [64, 256]}}}  # 16-token texts fill them
+    options = {"device": "cpu", "dtype": "float32", "strict_shapes": True, "engine_kwargs": buckets}
+    with PoolingEngine(model_dirs["siglip"], **options) as traced:
+        np.testing.assert_allclose(traced.embed_images(images), engines["siglip"].embed_images(images), atol=1e-6)
+        np.testing.assert_allclose(traced.embed(TEXTS), engines["siglip"].embed(TEXTS), atol=1e-6)
+        stats = traced.stats()
+    assert stats["traced"] and stats["compiles_after_warmup"] == 0 and stats["vision"]["images"] == len(images)
+    assert {g["bucket"] for g in stats["graphs"]} >= {"images 1", "images 8"}
 
 
 def test_cli_embeds_image_files_as_the_engine_does(tmp_path, model_dirs, engines):

@@ -27,6 +27,7 @@ import sys
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -261,3 +262,85 @@ def load_avx2_kernels() -> None:
         # The library loads and registers its ops even though Python finds no module init in it.
         if "does not define module export function" not in str(exc):
             raise
+
+
+@dataclass(frozen=True)
+class DualEncoderText:
+    """What a traced step needs of vLLM's CLIP or SigLIP embedding model, read from its private layout: the text
+    tower without its host-synchronising merge (``features``: positions, token embeddings -> projected rows), its
+    width, whether SigLIP's per-sequence flip follows it, and the vision tower's entry (``image_features``)."""
+
+    features: Any
+    width: int
+    flips: bool
+    image_features: Any
+    image_size: int
+
+
+def dual_encoder_text(model: Any) -> DualEncoderText | None:
+    """The parts of vLLM's CLIP or SigLIP embedding model (None for any other model)."""
+    if not hasattr(model, "text_model") or not hasattr(model, "vision_model"):
+        return None
+    tower = model.text_model
+    flips = hasattr(model, "_flip_sequences_by_position_ids")  # SigLIP: its head, then the flip
+    project = tower.head if flips else model.text_projection
+
+    def features(positions: Any, embeds: Any) -> Any:
+        return project(tower(input_ids=None, position_ids=positions, inputs_embeds=embeds))
+
+    size = model.config.vision_config.image_size
+    return DualEncoderText(features, model.text_embed_dim, flips, model.get_image_features, size)
+
+
+def image_token_mask(model: Any) -> Any:
+    """The step's image-token mask vLLM's runner handed the dual encoder's ``embed_input_ids`` (None: no images)."""
+    return getattr(model, "_mm_token_mask", None)
+
+
+def route_vision_tower(model: Any, run: Any) -> None:
+    """vLLM's runner calls ``model.embed_multimodal(pixel_values=...)`` for a step's images: ``run`` takes them."""
+
+    def embed_multimodal(**kwargs: Any) -> Any:
+        pixels = kwargs.get("pixel_values")
+        return [] if pixels is None else run(pixels)
+
+    model.embed_multimodal = embed_multimodal
+
+
+def int32_buffers(model: Any) -> int:
+    """int64 index buffers (the vision embeddings' ``position_ids``) as int32, the static graph's index type."""
+    import torch
+
+    changed = 0
+    for module in model.modules():
+        for name, buffer in list(module.named_buffers(recurse=False)):
+            if buffer.dtype == torch.int64:
+                setattr(module, name, buffer.to(torch.int32))
+                changed += 1
+    return changed
+
+
+def aten_vision_attention(model: Any) -> int:
+    """vLLM's vision-encoder attention (``MMEncoderAttention``) as plain torch ops: on the CPU it calls vLLM's
+    ``torch.ops.vllm.torch_sdpa_wrapper``, an op outside ATen whose fake kernel cannot be traced. Every image
+    attends over its whole patch sequence (no ``cu_seqlens`` in CLIP or SigLIP). Returns how many layers changed."""
+    import types
+
+    from vllm.model_executor.layers.attention.mm_encoder_attention import MMEncoderAttention
+
+    def attend(layer: Any, query: Any, key: Any, value: Any, cu_seqlens: Any = None) -> Any:
+        if cu_seqlens is not None:
+            raise NotImplementedError("The static vision graphs attend over whole images only (no cu_seqlens).")
+        batch, length = query.shape[:2]
+        q, k, v = layer.view_qkv_to_4d(query, key, value, batch, length, key.shape[1])
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        weights = (q @ k.transpose(-1, -2) * layer.scale).softmax(dim=-1)
+        output = (weights @ v).transpose(1, 2)
+        return output.reshape(batch, length, -1) if query.dim() != 4 else output
+
+    changed = 0
+    for module in model.modules():
+        if isinstance(module, MMEncoderAttention):
+            module._forward_sdpa = types.MethodType(attend, module)
+            changed += 1
+    return changed

@@ -8,7 +8,9 @@ row). It builds attention metadata for the whole bucket, pads token_type_ids wit
 forward plus pooling as one torch.compile'd graph per bucket (on the host, traced only under strict_shapes or a
 chosen compile backend; otherwise the same bucket-shaped function runs eagerly; on an NPU, rbln_runtime's route
 for its family compiles each captured graph). Padding never reaches an output: pooling weights are zero on
-padding columns and only the step's requests are read back.
+padding columns and only the step's requests are read back. Traced image-text models (CLIP, SigLIP) run their
+vision tower as graphs per image-count bucket where vLLM's runner calls it, and their text tower through the same
+step graphs (``graph.dual_encoder``).
 """
 
 from __future__ import annotations
@@ -37,11 +39,22 @@ from rbln_retrieval.backend.graph.compile import (
     recording_backend,
     strict_errors,
 )
+from rbln_retrieval.backend.graph.dual_encoder import VisionGraphs, pad_width, step_inputs, text_step
 from rbln_retrieval.backend.graph.host_layers import write_in_place
 from rbln_retrieval.backend.graph.pooling import TaskHead, decompose, pooling_weights
 from rbln_retrieval.backend.npu import artifacts, rbln_runtime
 from rbln_retrieval.backend.step import rows
-from rbln_retrieval.backend.vllm_compat import int32_embedding_indices, static_graph_loading, whole_head_rotary
+from rbln_retrieval.backend.vllm_compat import (
+    DualEncoderText,
+    aten_vision_attention,
+    dual_encoder_text,
+    image_token_mask,
+    int32_buffers,
+    int32_embedding_indices,
+    route_vision_tower,
+    static_graph_loading,
+    whole_head_rotary,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +96,8 @@ class BundledModelRunner(CPUModelRunner):
         self._graph_breaks_at_start = 0
         self.cache_reused = False
         self.in_place_blocks = 0
+        self.dual: DualEncoderText | None = None  # traced image-text models: the text tower's step
+        self.vision: VisionGraphs | None = None  # and the vision tower's graphs
 
     # -- model and graph -----------------------------------------------------------------------------------
     def load_model(self, load_dummy_weights: bool = False) -> None:
@@ -96,12 +111,16 @@ class BundledModelRunner(CPUModelRunner):
         if not self.is_pooling_model:
             raise RuntimeError("The bundled runner serves pooling models only; start the engine with runner='pooling'.")
         if self.supports_mm_inputs and self.bundled.traced:
-            # vLLM runs the vision tower eagerly before the step, and CLIP/SigLIP merge its vectors with a
-            # data-dependent branch that no static graph holds.
-            raise RuntimeError(
-                "Image-text models run on the host target's untraced steps only; their vision tower is not compiled "
-                "as a static graph (no NPU target, no strict_shapes, no host compile backend)."
-            )
+            # vLLM's dual-encoder forward merges text and image vectors by host-synchronising branches: traced
+            # steps run the text tower alone (graph.dual_encoder), the vision tower as graphs of its own.
+            self.dual = dual_encoder_text(self.model)
+            if self.dual is None:
+                raise RuntimeError("Of multimodal models, traced targets take the image-text CLIP and SigLIP only.")
+            self.model.requires_grad_(False)  # SigLIP's pooling head is torch's MultiheadAttention, trainable
+            int32_buffers(self.model)
+            aten_vision_attention(self.model)
+            self.vision = VisionGraphs(self.dual.image_features, self.dual.image_size, self.model_config.dtype)
+            route_vision_tower(self.model, self.vision)
         self.heads = decompose(self.model.pooler, list(self.get_supported_pooling_tasks()))
         self.methods = sorted({head.method for head in self.heads.values()})
         self.takes_token_types = "token_type_ids" in _parameters(self.model.forward)
@@ -122,13 +141,12 @@ class BundledModelRunner(CPUModelRunner):
                 self.cache_reused = rbln_runtime.load_compile_bundle(self.bundled.cache_dir()) and self.cache_reused
             allow_recompiles(len(self.bundled.buckets) + 8)
             self._graph_breaks_at_start = graph_breaks()
-            self._graph = torch.compile(
-                _own_code(self._forward_and_pool),
-                backend=self.compile_backend,
-                options=chosen.options,
-                dynamic=False,
-                fullgraph=chosen.fullgraph,
-            )
+            compile_options = {"options": chosen.options, "dynamic": False, "fullgraph": chosen.fullgraph}
+            backend = self.compile_backend
+            self._graph = torch.compile(_own_code(self._forward_and_pool), backend=backend, **compile_options)
+            if self.vision is not None:
+                self.vision.recorder = self.compile_backend
+                self.vision.compiled = torch.compile(_own_code(self.vision.forward), backend=backend, **compile_options)
         logger.info(
             "Bundled runner (%s): buckets %s, cache %s",
             self.bundled.target,
@@ -143,15 +161,23 @@ class BundledModelRunner(CPUModelRunner):
         weights: dict[str, torch.Tensor],
         token_type_ids: torch.Tensor | None,
         inputs_embeds: torch.Tensor | None = None,
+        image_slots: tuple[torch.Tensor, torch.Tensor | None] | None = None,
     ) -> tuple[torch.Tensor, dict[str, tuple[torch.Tensor, torch.Tensor]]]:
         extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
         if self.static and input_ids is not None:
             # vLLM's BERT folds token types into input_ids and strips them again, both in place: on a copy, the
             # graph never writes into its own input.
             input_ids = input_ids.clone()
-        hidden = self.model(
-            input_ids=input_ids, positions=positions, intermediate_tensors=None, inputs_embeds=inputs_embeds, **extra
-        )
+        if self.dual is not None and image_slots is not None and inputs_embeds is not None:
+            hidden = text_step(self.dual, positions, inputs_embeds, *image_slots)
+        else:
+            hidden = self.model(
+                input_ids=input_ids,
+                positions=positions,
+                intermediate_tensors=None,
+                inputs_embeds=inputs_embeds,
+                **extra,
+            )
         rows = hidden.float()
         pooled = {task: head.in_graph(weights[head.method] @ rows) for task, head in self.heads.items()}
         return hidden, pooled
@@ -238,6 +264,12 @@ class BundledModelRunner(CPUModelRunner):
             positions = positions[source].masked_fill(padding, 0).to(torch.int32)
             token_types = None if token_types is None else token_types[source]
             starts, lengths = layout.starts, layout.lengths
+        image_slots = None
+        if self.dual is not None and inputs_embeds is not None:
+            source = None if layout is None else layout.source
+            mask = image_token_mask(self.model)
+            image_slots = step_inputs(self.dual, mask, source, starts, lengths, bucket)
+            inputs_embeds = pad_width(inputs_embeds)
         # A traced graph's shapes depend on the bucket only; an untraced host step pools just its own requests.
         num_rows = self.max_requests(bucket) if self.bundled.traced else num_reqs
         weights = pooling_weights(self.methods, starts, lengths, bucket, num_rows)
@@ -245,10 +277,10 @@ class BundledModelRunner(CPUModelRunner):
             self.compile_backend.current_bucket = bucket if layout is None else _label(layout.shape)
         if layout is not None and layout.shape not in self.graph_costs:
             self.graph_costs[layout.shape] = count_flops(
-                self._forward_and_pool, input_ids, positions, weights, token_types, inputs_embeds
+                self._forward_and_pool, input_ids, positions, weights, token_types, inputs_embeds, image_slots
             )
         with strict_errors():
-            hidden, self._pooled = self._graph(input_ids, positions, weights, token_types, inputs_embeds)
+            hidden, self._pooled = self._graph(input_ids, positions, weights, token_types, inputs_embeds, image_slots)
         if layout is None:
             self.counters.record(bucket, real, bucket)
         else:
@@ -307,7 +339,11 @@ class BundledModelRunner(CPUModelRunner):
             "shapes": [list(s) for s in self.bundled.shapes],
             "useful_flops": c.useful_flops,
             "computed_flops": c.computed_flops,
-            "graph_costs": {_label(s): dataclasses.asdict(c) for s, c in sorted(self.graph_costs.items())},
+            "graph_costs": {
+                **{_label(s): dataclasses.asdict(c) for s, c in sorted(self.graph_costs.items())},
+                **{label: dataclasses.asdict(c) for label, c in (self.vision.costs if self.vision else {}).items()},
+            },
+            "vision": None if self.vision is None else self.vision.describe(),
             "traced": self.bundled.traced,
             "compiles": len(graphs),
             "compiles_after_warmup": sum(g.after_warmup for g in graphs),

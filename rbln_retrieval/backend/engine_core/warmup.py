@@ -84,6 +84,10 @@ def warm_up(runner: Any) -> dict[str, float]:
             runner.execute_model(finish)
             seconds[f"{bucket}/{task}"] = time.perf_counter() - started
     runner._force_shape = None
+    if runner.vision is not None:  # traced image-text models: every image-count bucket of the vision tower
+        started = time.perf_counter()
+        runner.vision.warm_up()
+        seconds["vision"] = time.perf_counter() - started
     runner.finish_warmup()
     logger.info("Warmed %d buckets x %s in %.1f s", len(shapes), tasks, sum(seconds.values()))
     return seconds
