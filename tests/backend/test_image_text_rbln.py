@@ -69,6 +69,7 @@ def test_the_graphs_are_static_aten_int32_with_the_vision_tower_counted(served):
     assert stats["graph_breaks"] == 0 and all(g["lifted_weights"] == 0 for g in stats["graphs"])
     values = 3 * IMAGE_SIZE * IMAGE_SIZE  # 3072: already a multiple of 64
     for label, graph in zip(labels, compiled):
+        print(f"{engine.family.name} {stats['npu']} {label}: {graph.input_shapes} {graph.flops / 1e6:.2f} MFLOP")
         assert graph.violations == [] and not graph.cached and graph.flops > 0
         assert {op.split(".")[0] for op in graph.ops} <= {"aten", "prims"}
         assert not [op for op in graph.ops if op.startswith(HOST_SYNC_OPS)], label
