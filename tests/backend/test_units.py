@@ -455,3 +455,13 @@ def test_a_stack_other_than_the_sdk_release_is_refused_in_one_sentence(monkeypat
         with pytest.raises(RuntimeError, match=expected):
             with activated(target):
                 pass
+
+
+def test_warmup_fills_a_shape_short_prompts_cannot_fill_with_as_many_as_a_step_takes():
+    """A 16-token text tower (tiny SigLIP) meets shapes larger than 128 prompts of 16 tokens: warmup sends the 128
+    a scheduler step may hold, under the forced shape, rather than refusing to start."""
+    from rbln_retrieval.backend.engine_core.warmup import _lengths
+
+    assert _lengths((64, 64), 16, 128) == [16] * 128
+    assert _lengths((1, 3072), 16, 128) == [16] * 128
+    assert _lengths((2, 128), 77, 128) == [77, 51, 77, 51]

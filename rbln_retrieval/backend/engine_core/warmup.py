@@ -31,13 +31,13 @@ def _step(runner: Any, req_ids: list[str], new: list[NewRequestData], lengths: l
 
 def _lengths(shape: tuple[int, int], max_len: int, max_seqs: int) -> list[int]:
     """Prompt lengths filling ``shape``'s rows (``rows x width`` tokens; one row for host buckets), each within
-    max_len, at most max_seqs of them."""
+    max_len, at most max_seqs of them.
+
+    A shape larger than max_seqs prompts of max_len tokens (short prompts: a 16-token text tower) takes the max_seqs
+    the scheduler may send: the shape is forced, so its graph is still the one compiled."""
     rows, width = shape
     per_row = [max_len] * (width // max_len) + ([width % max_len] if width % max_len else [])
-    lengths = per_row * rows
-    if len(lengths) > max_seqs:
-        raise RuntimeError(f"Bucket {rows}x{width} cannot be filled by {max_seqs} prompts of at most {max_len} tokens.")
-    return lengths
+    return (per_row * rows)[:max_seqs]
 
 
 def warm_up(runner: Any) -> dict[str, float]:
