@@ -242,3 +242,32 @@ def test_the_framework_classes_embed_images_through_the_server(tmp_path, clip, s
     assert _min_cosine(np.array(llama.get_image_embedding_batch(files), dtype=np.float32), want) >= MIN_COSINE
     query = np.array(llama.get_query_embedding(TEXTS[0]), dtype=np.float32)
     np.testing.assert_allclose(query, local.embed([TEXTS[0]], kind="query")[0], atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("request_body", "sentence"),
+    [
+        (
+            {"queries": "a cat", "documents": {"content": [{"type": "image_url", "image_url": {"url": "http://a/b"}}]}},
+            "documents[0] is a http URL, which this server does not fetch",
+        ),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "video_url", "video_url": {"url": "http://a/b"}}]}]},
+            "messages[0] holds a video_url; this server embeds images only",
+        ),
+    ],
+    ids=["score-documents", "video"],
+)
+def test_media_anywhere_in_a_request_is_checked(request_body, sentence):
+    refused = image_refusal(request_body, model="clip", family=CLIP_FAMILY, allowed_domains=[])
+    assert refused is not None and refused.startswith(sentence)
+
+
+async def test_a_media_key_behind_a_json_escape_is_still_checked():
+    from rbln_retrieval.server.images import ImageCheck
+
+    check = ImageCheck(model="clip", family=CLIP_FAMILY, allowed_domains=[])
+    part = b'{"type": "image\\u005furl", "image\\u005furl": "file:///x"}'
+    assert b'_url"' not in part
+    refused = await check(b'{"messages": [[{"role": "user", "content": [' + part + b"]}]]}")
+    assert refused is not None and refused.startswith("messages[0] is a file URL, which this server does not fetch")

@@ -1,5 +1,6 @@
-"""Images in requests, checked before vLLM sees them: chat-style ``messages`` (or chat ``input``) whose content parts
-carry an ``image_url``, as vLLM's /v1/embeddings (and /pooling, /invocations) take them for CLIP and SigLIP.
+"""Images in requests, checked before vLLM sees them: content parts carrying an ``image_url`` anywhere in a request
+(chat-style ``messages`` or chat ``input``, as vLLM's /v1/embeddings, /pooling and /invocations take them for CLIP and
+SigLIP; a scoring request's multimodal documents). Video and audio parts are refused: vLLM would fetch their URLs.
 
 An image travels as a ``data:image/...;base64,`` URL and is decoded here with the client's own checks
 (rbln_retrieval.text.images: not an image, truncated, over MAX_PIXELS, 16-bit or float pixels), so a bad one is
@@ -25,31 +26,41 @@ from urllib.parse import urlsplit
 from rbln_retrieval.models.multimodal import texts_only
 from rbln_retrieval.text.images import load_image
 
-# Where a request carries chat conversations (vLLM's chat embeddings request and its `input` form).
-CHAT_FIELDS = ("messages", "input")
+# The content parts vLLM loads media from; a CLIP or SigLIP server takes images only, and vLLM would fetch the
+# others' URLs before finding that out.
+MEDIA_KEYS = ("image_url", "video_url", "audio_url")
 
 
-def image_urls(request: Any) -> Iterator[tuple[str, int, Any]]:
-    """(field, index, url) of every image part of ``request``: index is the conversation's in a batch of them, else
-    the message's in the one conversation."""
-    for field in CHAT_FIELDS:
-        value = request.get(field)
-        if not isinstance(value, list):
-            continue
-        batched = bool(value) and all(isinstance(item, list) for item in value)
-        for index, item in enumerate(value):
-            for message in item if batched else [item]:
-                content = message.get("content") if isinstance(message, dict) else None
-                for part in content if isinstance(content, list) else []:
-                    if isinstance(part, dict) and "image_url" in part:
-                        url = part["image_url"]
-                        yield field, index, url.get("url") if isinstance(url, dict) else url
+def media_urls(request: dict[str, Any]) -> Iterator[tuple[str, int, str, Any]]:
+    """(field, index, key, url) of every media part anywhere in ``request`` (chat ``messages`` or ``input``, a
+    scoring request's multimodal documents, ...): index is the item's in the field's list (a conversation of a
+    batch, a message of the one conversation, a document), key the part's media key."""
+    for field, value in request.items():
+        for index, item in enumerate(value if isinstance(value, list) else [value]):
+            for key, url in _media(item):
+                yield field, index, key, url
+
+
+def _media(value: Any) -> Iterator[tuple[str, Any]]:
+    if isinstance(value, dict):
+        for key in MEDIA_KEYS:
+            if key in value:
+                url = value[key]
+                yield key, url.get("url") if isinstance(url, dict) else url
+        children: Any = value.values()
+    else:
+        children = value if isinstance(value, list) else ()
+    for child in children:
+        if isinstance(child, (dict, list)):
+            yield from _media(child)
 
 
 def image_refusal(request: Any, *, model: str, family: dict[str, Any], allowed_domains: list[str]) -> str | None:
-    """The sentence refusing the first bad image of ``request`` (a parsed JSON body), or None."""
-    for field, index, url in image_urls(request):
+    """The sentence refusing the first bad image (or other media) of ``request`` (a parsed JSON body), or None."""
+    for field, index, key, url in media_urls(request):
         name = f"{field}[{index}]"
+        if key != "image_url":
+            return f"{name} holds a {key}; this server embeds images only, sent as data:image/...;base64, URLs."
         if not family.get("image_size"):
             return f"{name} holds an image, but {texts_only(model, str(family.get('name')))}"
         if not isinstance(url, str):
@@ -87,13 +98,14 @@ def _data_url_refusal(url: str, name: str, index: int, field: str) -> str | None
 
 class ImageCheck:
     """Backpressure's check of a whole body (limits.py): the sentence refusing its first bad image, or None. Only a
-    body with images is parsed (again) and decoded, off the event loop."""
+    body with media parts is parsed (again) and decoded, off the event loop."""
 
     def __init__(self, *, model: str, family: dict[str, Any], allowed_domains: list[str] | None):
         self.model, self.family, self.allowed_domains = model, family, list(allowed_domains or [])
 
     async def __call__(self, body: bytes) -> str | None:
-        return await asyncio.to_thread(self._refusal, body) if b"image_url" in body else None
+        # A media key is spelled out, or hidden behind a JSON escape (which non-ASCII text has too).
+        return await asyncio.to_thread(self._refusal, body) if b'_url"' in body or b"\\u" in body else None
 
     def _refusal(self, body: bytes) -> str | None:
         try:
