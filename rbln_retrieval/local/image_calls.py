@@ -4,8 +4,8 @@ and text queries scored against images.
 Each image is checked and decoded first (rbln_retrieval.text.images), then sent as vLLM's multimodal prompt: no text
 and one image, which vLLM's CLIP and SigLIP processors resize and normalise with the model's own image processor.
 
-Imports: engines (loop, requests), models (families), results (ranking), text (images, inputs); vLLM inside the
-calls that build its requests.
+Imports: engines (loop, requests), models (families, multimodal), results (ranking), text (images, inputs); vLLM
+inside the calls that build its requests.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import numpy as np
 from rbln_retrieval.engines.loop import EngineLoop
 from rbln_retrieval.engines.requests import EmbedRequest
 from rbln_retrieval.models.families import ModelFamily
+from rbln_retrieval.models.multimodal import texts_only
 from rbln_retrieval.results.ranking import rank
 from rbln_retrieval.text.images import image_chunks, load_images
 from rbln_retrieval.text.inputs import check_query
@@ -29,7 +30,7 @@ INLINE_DECODE = 4
 
 def check_images_supported(family: ModelFamily, model: str) -> None:
     if not family.embeds_images:
-        raise ValueError(f"{model} is a {family.name} model, which embeds texts only; images need CLIP or SigLIP.")
+        raise ValueError(texts_only(model, family.name))
 
 
 def image_prompt(image: Any) -> dict[str, Any]:

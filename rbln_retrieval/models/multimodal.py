@@ -35,6 +35,11 @@ _REFUSED = {
 }
 
 
+def texts_only(model: str, family: str) -> str:
+    """The sentence refusing images to a ``family`` model that embeds texts only (local, remote and the server)."""
+    return f"{model} is a {family} model, which embeds texts only; images need CLIP or SigLIP."
+
+
 def refusal(model_dir: Path, arch: str) -> ModelNotSupportedError | None:
     """One sentence refusing a multimodal checkpoint rbln-retrieval recognises but does not run, or None."""
     reason = _REFUSED.get(arch)

@@ -9,8 +9,8 @@ under the server's advertised request-size bounds, and vectors travel as base64 
 (bench/wire_format.py compares the two; bench/results/wire_format.json). Scores are decided by
 rbln_retrieval.engines.scoring, as a local engine's.
 
-Imports: engines (options, protocol, requests, scoring, windows), models (families), remote (calls, replicas,
-served_model), results (finite, outputs, quantize, ranking), text (chunks, inputs, prompts); numpy.
+Imports: engines (options, protocol, requests, scoring, windows), models (families), remote (calls, image_calls,
+replicas, served_model), results (finite, outputs, quantize, ranking), text (chunks, inputs, prompts); numpy.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ from rbln_retrieval.engines.requests import (
 from rbln_retrieval.engines.scoring import Scorer, score
 from rbln_retrieval.engines.windows import embed_windowed
 from rbln_retrieval.models.families import ModelFamily
-from rbln_retrieval.remote.calls import ClientLoop, RemoteClosedError
+from rbln_retrieval.remote.calls import RemoteClosedError
+from rbln_retrieval.remote.image_calls import RemoteImageEmbedding
 from rbln_retrieval.remote.replicas import Deadline, RemoteAuthError, RemoteError, Replicas
 from rbln_retrieval.remote.served_model import RemoteModel
 from rbln_retrieval.results.finite import check_finite, finite_scores
@@ -64,7 +65,7 @@ BASE64_FLOAT32 = {"encoding_format": "base64", "embed_dtype": "float32", "endian
 _call_deadline: contextvars.ContextVar[Deadline | None] = contextvars.ContextVar("rbln_remote_deadline", default=None)
 
 
-class RemoteEngine(ClientLoop):
+class RemoteEngine(RemoteImageEmbedding):
     """``embed``/``score``/``rerank`` (sync and async) served by one or more remote replicas.
 
     The model's family comes from the server's description; an explicit ``family`` must agree with it and is used
@@ -284,13 +285,17 @@ class RemoteEngine(ClientLoop):
             return np.stack(await self._batched(prompts, lambda items: self._quantized(items, payload, wire)))
 
         async def batch(items: list[str]) -> list[np.ndarray]:
-            data = (await self._post("/v1/embeddings", {**payload, **BASE64_FLOAT32, "input": items}))["data"]
-            rows = sorted(data, key=lambda row: row["index"])
-            return [np.frombuffer(base64.b64decode(row["embedding"]), dtype="<f4") for row in rows]
+            return await self._embedding_rows({**payload, "input": items})
 
         vectors = np.stack(await self._batched(prompts, batch)).astype(np.float32, copy=False)
         check_finite(vectors, what)
         return vectors
+
+    async def _embedding_rows(self, body: dict[str, Any]) -> list[np.ndarray]:
+        """vLLM's /v1/embeddings answer to ``body`` (texts or images) as float32 rows in input order."""
+        data = (await self._post("/v1/embeddings", {**body, **BASE64_FLOAT32}))["data"]
+        rows = sorted(data, key=lambda row: row["index"])
+        return [np.frombuffer(base64.b64decode(row["embedding"]), dtype="<f4") for row in rows]
 
     async def _quantized(self, items: list[str], payload: dict[str, Any], wire: dict[str, Any]) -> list[np.ndarray]:
         """One batch's rows as our server quantizes them: each row's bytes, base64, in the answer's dtype."""
@@ -360,10 +365,10 @@ class RemoteEngine(ClientLoop):
         return finite_scores(await self._batched(items, batch, reserve=reserve))
 
     async def _batched(
-        self, items: list[Any], call: Callable[[list[Any]], Awaitable[list[Any]]], reserve: int = 0
+        self, items: list[Any], call: Callable[[list[Any]], Awaitable[list[Any]]], reserve: int = 0, what: str = ""
     ) -> list[Any]:
         """Run ``call`` over batches concurrently (spread over replicas) and concatenate in input order."""
-        batches = self._remote.batches(items, self._batch_size, reserve)
+        batches = self._remote.batches(items, self._batch_size, reserve, what)
         try:
             results = await asyncio.gather(*(call(b) for b in batches))
         except (KeyError, IndexError, TypeError) as exc:  # valid JSON, but not the answer of a pooling server

@@ -165,22 +165,23 @@ class RemoteModel:
             matryoshka=spec.matryoshka,
         )
 
-    def batches(self, items: list[str], batch_size: int, reserve: int = 0) -> list[list[str]]:
-        """``items`` cut into consecutive batches of at most ``batch_size`` (and the server's
-        max_inputs_per_request), each request's body (with ``reserve``
-        bytes of other fields) under the server's max_payload_bytes and max_queued_tokens, JSON escapes counted;
-        an input over them alone is refused before any request."""
+    def batches(self, items: list[Any], batch_size: int, reserve: int = 0, what: str = "") -> list[list[Any]]:
+        """``items`` (texts, or images' conversations) cut into consecutive batches of at most ``batch_size`` (and the
+        server's max_inputs_per_request), each request's body (with ``reserve`` bytes of other fields) under the
+        server's max_payload_bytes and max_queued_tokens, JSON escapes counted; an input over them alone is refused
+        before any request, named ``what[i]`` (default: "Input i")."""
         batch_size = min(batch_size, self.limits.get("max_inputs_per_request") or MAX_INPUTS_PER_REQUEST)
         bounds = [self.limits.get("max_payload_bytes"), (self.limits.get("max_queued_tokens") or 0) * TOKEN_BYTES]
         budget = min(b for b in bounds if b) - BODY_RESERVE - reserve if any(bounds) else None
-        batches: list[list[str]] = []
+        batches: list[list[Any]] = []
         size = 0
         for index, item in enumerate(items):
             item_size = len(json.dumps(item)) + 2  # with ", "
             if budget is not None and item_size > budget:
                 raise ValueError(
-                    f"Input {index} is {item_size} bytes as JSON, over the {budget} bytes a request to this server may "
-                    "hold (its max_payload_bytes and max_queued_tokens); shorten it or raise the server's limits."
+                    f"{f'{what}[{index}]' if what else f'Input {index}'} is {item_size} bytes as JSON, over the "
+                    f"{budget} bytes a request to this server may hold (its max_payload_bytes and max_queued_tokens); "
+                    f"{'shorten it' if not what else 'shrink the file'} or raise the server's limits."
                 )
             if not batches or len(batches[-1]) >= batch_size or (budget is not None and size + item_size > budget):
                 batches.append([])

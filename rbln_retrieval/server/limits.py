@@ -8,7 +8,8 @@ backs off (RemoteEngine honours Retry-After) and the requests in flight keep the
 probes, /metrics and the description route always answer. A request takes its slot before its body is read, so
 slow uploads hold at most max_concurrent_requests bodies; its cost is read from the body before anything is
 tokenized (cost.py: a scoring request's query counted once per document, as vLLM tokenizes it), so one request
-cannot queue more tokenization than max_queued_tokens.
+cannot queue more tokenization than max_queued_tokens. A check of the whole body (images.py: the images of a
+request) then refuses it (HTTP 400) before the app reads it.
 
 Imports: server (cost); nothing else beyond the standard library (an ASGI app needs no framework; the CLI reads its
 options here).
@@ -18,12 +19,15 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from rbln_retrieval.server.cost import Cost, request_cost
 
 RETRY_AFTER_SECONDS = 1
+# A check of a request's whole body past the limits (images.py's): the sentence refusing it (HTTP 400), or None.
+BodyCheck = Callable[[bytes], Awaitable[str | None]]
 
 
 @dataclass(frozen=True)
@@ -77,8 +81,8 @@ def _error(status: int, message: str, kind: str) -> tuple[int, bytes]:
 class Backpressure:
     """ASGI middleware bounding ``app`` by ``limits``; one instance per server process (one event loop)."""
 
-    def __init__(self, app: Any, limits: Limits):
-        self.app, self.limits = app, limits
+    def __init__(self, app: Any, limits: Limits, check: BodyCheck | None = None):
+        self.app, self.limits, self.check = app, limits, check
         self.in_flight = 0
         self.queued_tokens = 0
 
@@ -123,6 +127,9 @@ class Backpressure:
         if too_costly := limits.refusal(cost):
             await self._refuse(send, *_error(413, too_costly, "RequestTooLarge"))
             return
+        if self.check is not None and (refused := await self.check(body)):
+            await self._refuse(send, *_error(400, refused, "BadRequestError"))
+            return
         tokens = cost.tokens
         if limits.max_queued_tokens is not None and self.queued_tokens + tokens > limits.max_queued_tokens:
             await self._busy(
@@ -166,9 +173,10 @@ class Backpressure:
         await send({"type": "http.response.body", "body": body})
 
 
-def add_backpressure(app: Any, limits: Limits) -> None:
-    """Put Backpressure in front of vLLM's built ``app`` (its middleware stack already exists, as in auth.py)."""
-    app.middleware_stack = Backpressure(app.middleware_stack or app.build_middleware_stack(), limits)
+def add_backpressure(app: Any, limits: Limits, check: BodyCheck | None = None) -> None:
+    """Put Backpressure in front of vLLM's built ``app`` (its middleware stack already exists, as in auth.py), with
+    ``check`` refusing a whole body (HTTP 400) before the app reads it."""
+    app.middleware_stack = Backpressure(app.middleware_stack or app.build_middleware_stack(), limits, check)
 
 
 def add_limit_arguments(parser: argparse.ArgumentParser) -> None:

@@ -4,15 +4,17 @@ An image is a PIL image, a file path as ``pathlib.Path`` (any ``os.PathLike``), 
 (``bytes``, ``bytearray``, ``memoryview``) or a binary file object (``io.BytesIO``). A ``str`` is never guessed to
 be a path (nor a URL): it is refused, so a caller who meant a caption gets an error rather than a file read. Every
 image is decoded in full here, so a file that is not an image, a truncated one, one over ``MAX_PIXELS`` or one whose
-mode has no RGB meaning is refused in one sentence naming it, before the engine sees any of the call. RGB conversion
-is transformers' own ``convert_to_rgb``, the step CLIP's and SigLIP's processors start with (``do_convert_rgb``);
-resizing and normalisation are left to the model's own processor, which vLLM runs.
+mode has no RGB meaning is refused in one sentence naming it, before the engine (or a server, to which
+``encoded_image`` gives the bytes to send) sees any of the call. RGB conversion is transformers' own
+``convert_to_rgb``, the step CLIP's and SigLIP's processors start with (``do_convert_rgb``); resizing and
+normalisation are left to the model's own processor, which vLLM runs.
 
 Imports: nothing of the package; PIL and transformers (deferred).
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import itertools
 import os
@@ -37,9 +39,36 @@ def _describe(item: Any, index: int, what: str) -> str:
 
 def load_image(item: Any, index: int = 0, what: str = "images") -> Any:
     """``item`` as a fully decoded RGB ``PIL.Image.Image``; TypeError or ValueError naming ``what[index]``."""
+    from transformers.image_transforms import convert_to_rgb
+
+    return convert_to_rgb(_decoded(item, _describe(item, index, what))[0])
+
+
+def encoded_image(item: Any, index: int = 0, what: str = "images") -> tuple[str, bytes]:
+    """``item`` checked as load_image checks it, as (MIME type, file bytes) from which vLLM's server takes the
+    pixels an in-process vLLM engine takes from load_image's image: the caller's own file when it is stored as RGB
+    (a JPEG photo stays its compressed size; vLLM treats the decoded file as it treats that image), else a PNG of
+    load_image's image turned upright by its EXIF orientation (as vLLM turns every image it is given, which the
+    PNG no longer records)."""
+    from PIL import Image, ImageOps
+    from transformers.image_transforms import convert_to_rgb
+
+    image, raw = _decoded(item, _describe(item, index, what))
+    if raw is not None and image.mode == "RGB" and image.format in Image.MIME:
+        return Image.MIME[image.format], raw
+    rgb: Any = convert_to_rgb(image)
+    with contextlib.suppress(Exception):  # as vLLM's own normalize_image: an unreadable orientation is ignored
+        rgb = ImageOps.exif_transpose(rgb)
+    out = io.BytesIO()
+    rgb.save(out, format="PNG", compress_level=1)
+    return "image/png", out.getvalue()
+
+
+def _decoded(item: Any, name: str) -> tuple[Any, bytes | None]:
+    """(the decoded image in its own mode, the file's bytes; None for a PIL image), every check of load_image's."""
     from PIL import Image, UnidentifiedImageError
 
-    name = _describe(item, index, what)
+    raw: bytes | None = None
     if isinstance(item, str):
         raise TypeError(
             f"{name} is a str; pass pathlib.Path(...) for an image file or the image's bytes (a string is never "
@@ -50,19 +79,19 @@ def load_image(item: Any, index: int = 0, what: str = "images") -> Any:
     else:
         if isinstance(item, os.PathLike):
             try:
-                source: Any = io.BytesIO(Path(item).read_bytes())
+                raw = Path(item).read_bytes()
             except OSError as exc:
                 raise ValueError(f"{name} cannot be read: {exc.strerror or exc}.") from exc
         elif isinstance(item, (bytes, bytearray, memoryview)):
-            source = io.BytesIO(bytes(item))
+            raw = bytes(item)
         elif hasattr(item, "read"):
-            source = io.BytesIO(item.read())
+            raw = item.read()
         else:
             raise TypeError(
                 f"{name} is {type(item).__name__}; expected a PIL image, a pathlib.Path, bytes or a binary file object."
             )
         try:
-            image = Image.open(source)
+            image = Image.open(io.BytesIO(raw))
         except UnidentifiedImageError:
             raise ValueError(f"{name} is not an image file PIL can decode.") from None
     width, height = image.size
@@ -76,9 +105,7 @@ def load_image(item: Any, index: int = 0, what: str = "images") -> Any:
         image.load()
     except (OSError, SyntaxError, ValueError) as exc:  # PIL's decoders report truncation and corruption as these
         raise ValueError(f"{name} is truncated or corrupt ({exc}).") from None
-    from transformers.image_transforms import convert_to_rgb
-
-    return convert_to_rgb(image)
+    return image, raw
 
 
 def image_chunks(images: Iterable[Any], what: str = "images") -> Iterator[tuple[int, list[Any]]]:
