@@ -245,6 +245,9 @@ def build_colpali(path: str | Path, *, seed: int = 0) -> Path:
     with torch.no_grad():  # random weights leave the bias at zero: a bias the engine dropped would go unseen
         model.embedding_proj_layer.bias.normal_(0.0, 0.5)
     model.save_pretrained(str(path))
+    # PaliGemma's tokenizer files add <bos> (ColPaliProcessor turns that off when it loads them; vLLM reads them as
+    # they are).
+    tokenizer.add_bos_token = True
     processor.save_pretrained(str(path))
     return path
 

@@ -46,6 +46,8 @@ class ModelFamily:
     image_size: int = 0  # image-text models (models/multimodal.py): the vision tower's square input; 0: texts only
     pad_text_to_max_length: bool = False  # SigLIP pools the last position of a text padded to max_length
     text_suffix: str = ""  # put after each text's tokens once truncated (ColPali's query augmentation and newline)
+    # The prompts hold every special token (ColPali's <bos>): the tokenizer adds none, as ColPaliProcessor sets it.
+    prompt_holds_special_tokens: bool = False
     image_prompt: str | None = None  # the text an image's prompt holds (ColPali's page prompt); None: no text
 
     def __post_init__(self) -> None:

@@ -49,11 +49,13 @@ class PromptTokenizer:
             if side not in self._by_side:
                 from transformers import AutoTokenizer  # imported with the first local engine, not with the package
 
-                hf = AutoTokenizer.from_pretrained(
+                hf: Any = AutoTokenizer.from_pretrained(
                     self._model_dir, trust_remote_code=self._trust_remote_code, truncation_side=side
                 )
                 # We enforce max_length ourselves; the tokenizer's own limit only warns on untruncated passes.
                 hf.model_max_length = 1 << 62
+                if self.family.prompt_holds_special_tokens:
+                    hf.add_bos_token = hf.add_eos_token = False
                 self._by_side[side] = hf
             return self._by_side[side]
 

@@ -57,6 +57,7 @@ def _preset(ckpt: Checkpoint) -> dict[str, Any]:
         "query_prompt": query,
         "document_prompt": query,
         "text_suffix": suffix,
+        "prompt_holds_special_tokens": True,
         "image_size": image_size,
         "image_prompt": str(processor.get("visual_prompt_prefix", "Describe the image.")) + "\n",
         "hf_overrides": {"architectures": [BUNDLED_MODEL]},
