@@ -9,14 +9,17 @@ are transformers' ColPaliForRetrieval's.
   bidirectionally over the whole prompt. Here every Gemma layer's attention is encoder-only (no causal mask, no KV
   cache), which is that attention.
 - Loading: checkpoints saved by transformers 5 name the vision tower's weights without ``vision_model.``.
-- Processing: PaliGemma's vision tower is SigLIP's, named directly (vLLM's lookup imports torchvision).
+- Processing: the image tokens and <bos> go first whatever the tokenizer's add_bos_token says, as ColPaliProcessor
+  puts them; PaliGemma's vision tower is SigLIP's, named directly (vLLM's lookup imports torchvision).
 
 Imports: vllm, torch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import dataclasses
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -25,6 +28,7 @@ from vllm.model_executor.models.colpali import ColPaliModel, ColPaliMultiModalPr
 from vllm.model_executor.models.paligemma import PaliGemmaDummyInputsBuilder
 from vllm.model_executor.models.siglip import SiglipEncoderInfo
 from vllm.multimodal import MULTIMODAL_REGISTRY
+from vllm.multimodal.processing import PromptIndexTargets, PromptUpdate
 
 ARCHITECTURE = "RblnColPaliModel"  # the ColPali family spec names it in its hf_overrides
 
@@ -36,8 +40,16 @@ class RblnColPaliProcessingInfo(ColPaliProcessingInfo):
         return SiglipEncoderInfo(self.get_hf_config())
 
 
+class RblnColPaliMultiModalProcessor(ColPaliMultiModalProcessor):
+    def _get_prompt_updates(self, *args: Any, **kwargs: Any) -> Sequence[PromptUpdate]:
+        # ColPaliProcessor puts the image tokens and <bos> first, before the page prompt; vLLM's PaliGemma puts them
+        # after a leading <bos> when the tokenizer's add_bos_token is set, which would add a token.
+        updates = super()._get_prompt_updates(*args, **kwargs)
+        return [dataclasses.replace(update, target=PromptIndexTargets.start()) for update in updates]
+
+
 @MULTIMODAL_REGISTRY.register_processor(
-    ColPaliMultiModalProcessor, info=RblnColPaliProcessingInfo, dummy_inputs=PaliGemmaDummyInputsBuilder
+    RblnColPaliMultiModalProcessor, info=RblnColPaliProcessingInfo, dummy_inputs=PaliGemmaDummyInputsBuilder
 )
 class RblnColPaliModel(ColPaliModel):
     def __init__(self, *, vllm_config, prefix: str = ""):  # type: ignore[no-untyped-def]
