@@ -206,13 +206,13 @@ def test_a_text_model_refuses_images_in_one_sentence_on_both_sides(clip, server)
     """The client refuses before sending; a server of a text model refuses what another client sends."""
     with RemoteEngine(clip, base_url=server.url, api_key=API_KEY) as engine:
         engine._remote.family = dataclasses.replace(engine.family, name="bert", image_size=0)
-        texts_only = r"is a bert model, which embeds texts only; images need CLIP or SigLIP\.$"
+        texts_only = r"is a bert model, which embeds texts only; images need CLIP, SigLIP or ColPali\.$"
         with pytest.raises(ValueError, match=texts_only):
             engine.embed_images(sample_images(1))
     request = {"messages": [[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:"}}]}]]}
     refused = image_refusal(request, model="minilm", family={"name": "bert"}, allowed_domains=[])
     assert refused == (
-        "messages[0] holds an image, but minilm is a bert model, which embeds texts only; images need CLIP or SigLIP."
+        "messages[0] holds an image, but minilm is a bert model, which embeds texts only; images need CLIP, SigLIP or ColPali."
     )
 
 

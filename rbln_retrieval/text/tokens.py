@@ -49,11 +49,13 @@ class PromptTokenizer:
             if side not in self._by_side:
                 from transformers import AutoTokenizer  # imported with the first local engine, not with the package
 
-                hf = AutoTokenizer.from_pretrained(
+                hf: Any = AutoTokenizer.from_pretrained(
                     self._model_dir, trust_remote_code=self._trust_remote_code, truncation_side=side
                 )
                 # We enforce max_length ourselves; the tokenizer's own limit only warns on untruncated passes.
                 hf.model_max_length = 1 << 62
+                if self.family.prompt_holds_special_tokens:
+                    hf.add_bos_token = hf.add_eos_token = False
                 self._by_side[side] = hf
             return self._by_side[side]
 
@@ -89,6 +91,9 @@ class PromptTokenizer:
         return self._text_tokens(ids)
 
     def _text_tokens(self, ids: list[list[int]]) -> list[Tokens]:
+        if self.family.text_suffix:  # after truncation, which never cuts it (ColPali's query suffix)
+            suffix = self.hf(self.family.text_suffix, add_special_tokens=False)["input_ids"]
+            ids = [row + suffix for row in ids]
         if self.family.pad_text_to_max_length:  # SigLIP pools the last position of a text padded to its length
             pad = self.hf.pad_token_id
             return [Tokens(row + [pad] * (self.max_length - len(row))) for row in ids]

@@ -1,7 +1,7 @@
 """The compiled graph and what runs in it: torch.compile with the target's backend (``compile``), pooling re-expressed
 on static shapes (``pooling``), the host kernels' C RMSNorm and in-place encoder blocks (``host_kernels``,
-``host_layers``), the SPLADE architecture with its loader fixed (``splade``), and CLIP's and SigLIP's vision and text
-towers on traced targets (``dual_encoder``).
+``host_layers``), the architectures vLLM runs fixed: SPLADE's loader (``splade``), ColPali's projection bias
+and attention (``colpali``), and CLIP's and SigLIP's vision and text towers on traced targets (``dual_encoder``).
 
 Stages it may import: npu, vllm_compat
 """
