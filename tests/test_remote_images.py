@@ -212,7 +212,8 @@ def test_a_text_model_refuses_images_in_one_sentence_on_both_sides(clip, server)
     request = {"messages": [[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:"}}]}]]}
     refused = image_refusal(request, model="minilm", family={"name": "bert"}, allowed_domains=[])
     assert refused == (
-        "messages[0] holds an image, but minilm is a bert model, which embeds texts only; images need CLIP, SigLIP or ColPali."
+        "messages[0] holds an image, but minilm is a bert model, which embeds texts only; images need CLIP, SigLIP "
+        "or ColPali."
     )
 
 
