@@ -105,6 +105,7 @@ def command_line() -> Any:
 def main() -> None:
     import tempfile
 
+    import pypdfium2
     from docs_corpus import rag_pages
 
     from rbln_retrieval import PoolingEngine, RBLNRetrievalError
@@ -115,9 +116,10 @@ def main() -> None:
         parser.exit(2, f"{parser.prog}: {args.pdf} is not a file.\n")
     with tempfile.TemporaryDirectory() as scratch:
         pdf = args.pdf or typeset(rag_pages(TOPICS), Path(scratch) / "python-docs.pdf")
-        pages = render_pages(pdf)
-    if not pages:
-        parser.exit(2, f"{parser.prog}: {pdf} has no pages.\n")
+        try:
+            pages = render_pages(pdf)
+        except pypdfium2.PdfiumError as exc:  # PDFium also refuses a PDF without pages
+            parser.exit(2, f"{parser.prog}: {pdf} is not a PDF that PDFium reads ({exc})\n")
     width, height = pages[0].image.size
     print(f"{pdf.name}: {len(pages)} pages rendered at {width}x{height}")
     print(f"question: {args.question}")

@@ -91,3 +91,15 @@ def test_the_example_retrieves_page_images_and_reranks_their_text_as_the_referen
     for (_, score, number, section, text), cosine in zip(answers, vectors[1:] @ vectors[0]):
         assert score == pytest.approx(cosine, abs=SCORE)
         assert section == pages[number - 1].section and text == pages[number - 1].text[:80]
+
+
+def test_a_pdf_of_ones_own_that_is_missing_or_unreadable_is_refused_before_any_engine_starts(tmp_path):
+    unreadable = tmp_path / "notes.pdf"
+    unreadable.write_text("plain text")
+    for pdf, expected in [
+        (tmp_path / "missing.pdf", "missing.pdf is not a file."),
+        (unreadable, "notes.pdf is not a PDF that PDFium reads (Failed to load document"),
+    ]:
+        command = [sys.executable, str(EXAMPLE), "--pdf", str(pdf), "--retriever", str(tmp_path / "no-model")]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 2 and expected in result.stderr and "Traceback" not in result.stderr, result.stderr
