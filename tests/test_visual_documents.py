@@ -93,6 +93,7 @@ def test_the_example_retrieves_page_images_and_reranks_their_text_as_the_referen
         assert section == pages[number - 1].section and text == pages[number - 1].text[:80]
 
 
+@pytest.mark.slow
 def test_a_pdf_of_ones_own_that_is_missing_or_unreadable_is_refused_before_any_engine_starts(tmp_path):
     unreadable = tmp_path / "notes.pdf"
     unreadable.write_text("plain text")
