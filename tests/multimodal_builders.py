@@ -186,3 +186,80 @@ def reference_texts(path: str | Path, texts: list[str]) -> np.ndarray:
             ids = tokenizer(text, return_tensors="pt", **kwargs)["input_ids"]
             rows.append(_features(model.get_text_features(input_ids=ids))[0])
     return torch.nn.functional.normalize(torch.stack(rows), dim=-1).numpy()
+
+
+COLPALI_IMAGE_TOKENS = (IMAGE_SIZE // PATCH) ** 2  # the page's patches: SigLIP's image_seq_length
+COLPALI_DIM = 32
+
+
+def colpali_tokenizer() -> Any:
+    """Gemma's byte-fallback BPE over printable ASCII with no merges (words tokenize into characters), with the
+    literal "\\n" token PaliGemma's prompts end with."""
+    from transformers import GemmaTokenizer
+
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"]
+    alphabet = ["\n", "\u2581", *(chr(c) for c in range(33, 127))]
+    return GemmaTokenizer(vocab={token: i for i, token in enumerate(specials + alphabet)}, merges=[])
+
+
+def build_colpali(path: str | Path, *, seed: int = 0) -> Path:
+    """A ColPaliForRetrieval: PaliGemma with a SigLIP vision tower and a Gemma text model, its projection with the
+    bias the checkpoints carry, and ColPali's own processor (its page prompt and query template)."""
+    import torch
+    from transformers import ColPaliConfig, ColPaliForRetrieval, ColPaliProcessor, PaliGemmaConfig
+    from transformers.models.siglip.image_processing_pil_siglip import SiglipImageProcessorPil
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    images = SiglipImageProcessorPil(size={"height": IMAGE_SIZE, "width": IMAGE_SIZE})
+    images.image_seq_length = COLPALI_IMAGE_TOKENS
+    processor = ColPaliProcessor(image_processor=images, tokenizer=colpali_tokenizer())
+    tokenizer = processor.tokenizer
+    text_width = 64
+    vlm = PaliGemmaConfig(
+        vision_config=dict(
+            model_type="siglip_vision_model",
+            vision_use_head=False,  # PaliGemma reads the tower's last hidden states
+            **_tower(image_size=IMAGE_SIZE, patch_size=PATCH, projection_dim=text_width),
+        ),
+        text_config=dict(
+            model_type="gemma",
+            vocab_size=len(tokenizer),
+            hidden_size=text_width,
+            intermediate_size=2 * text_width,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=32,
+            max_position_embeddings=128,
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        ),
+        image_token_index=processor.image_token_id,
+        projection_dim=text_width,
+        hidden_size=text_width,
+    )
+    model = ColPaliForRetrieval(ColPaliConfig(vlm_config=vlm, embedding_dim=COLPALI_DIM))
+    with torch.no_grad():  # random weights leave the bias at zero: a bias the engine dropped would go unseen
+        model.embedding_proj_layer.bias.normal_(0.0, 0.5)
+    model.save_pretrained(str(path))
+    processor.save_pretrained(str(path))
+    return path
+
+
+def reference_colpali(
+    path: str | Path, *, images: list[Any] | None = None, queries: list[str] | None = None
+) -> list[Any]:
+    """transformers' own ColPaliForRetrieval embeddings, one page or query at a time through the model's
+    ColPaliProcessor (``process_images`` / ``process_queries``): one float32 (tokens, dim) array each."""
+    import torch
+    from transformers import ColPaliForRetrieval, ColPaliProcessor
+
+    processor = ColPaliProcessor.from_pretrained(str(path))
+    model = ColPaliForRetrieval.from_pretrained(str(path), dtype=torch.float32).eval()
+    batches = [processor.process_images(images=[image.convert("RGB")]) for image in images or []]
+    batches += [processor.process_queries(text=[query]) for query in queries or []]
+    with torch.no_grad():
+        return [model(**batch).embeddings[0].numpy() for batch in batches]

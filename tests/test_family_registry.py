@@ -10,7 +10,7 @@ from typing import Any, get_args
 
 import pytest
 from model_builders import minilm_path
-from multimodal_builders import build_clip, build_siglip
+from multimodal_builders import build_clip, build_colpali, build_siglip
 
 from rbln_retrieval import detect_family
 from rbln_retrieval.models.spec import Scoring
@@ -92,6 +92,7 @@ BUILT_OTHERWISE: dict[str, Callable[[Any, Path], Path]] = {
     "cross-encoder": lambda models, root: models["bert-cross-encoder"],
     "clip": lambda models, root: build_clip(root / "clip"),
     "siglip": lambda models, root: build_siglip(root / "siglip"),
+    "colpali": lambda models, root: build_colpali(root / "colpali"),
 }
 
 

@@ -133,7 +133,7 @@ def test_a_single_image_in_place_of_a_list_is_refused(images, engines):
 def test_a_text_model_refuses_images(minilm):
     from rbln_retrieval.local.image_calls import check_images_supported
 
-    with pytest.raises(ValueError, match="embeds texts only; images need CLIP or SigLIP"):
+    with pytest.raises(ValueError, match="embeds texts only; images need CLIP, SigLIP or ColPali"):
         check_images_supported(detect_family(minilm), str(minilm))
 
 
@@ -150,7 +150,6 @@ def test_image_text_presets(name, model_dirs):
 @pytest.mark.parametrize(
     ("arch", "reason"),
     [
-        ("ColPaliForRetrieval", "builds its projection without the checkpoint's bias"),
         ("ColQwen2ForRetrieval", "needs torchvision"),
         ("CLIPVisionModel", "use the full CLIPModel checkpoint"),
     ],

@@ -45,6 +45,8 @@ class ModelFamily:
     config_code: str | None = None  # auto_map reference of a config class shipped as code (needs trust_remote_code)
     image_size: int = 0  # image-text models (models/multimodal.py): the vision tower's square input; 0: texts only
     pad_text_to_max_length: bool = False  # SigLIP pools the last position of a text padded to max_length
+    text_suffix: str = ""  # put after each text's tokens once truncated (ColPali's query augmentation and newline)
+    image_prompt: str | None = None  # the text an image's prompt holds (ColPali's page prompt); None: no text
 
     def __post_init__(self) -> None:
         # A family rebuilt from a server's JSON description gets a list; equal families must compare equal.
@@ -70,7 +72,7 @@ class ModelFamily:
 
     @property
     def embeds_images(self) -> bool:
-        """Images and texts embed into one space (CLIP, SigLIP)."""
+        """Images and texts embed into one space (CLIP, SigLIP, ColPali)."""
         return self.image_size > 0
 
     @property

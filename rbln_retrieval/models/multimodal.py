@@ -20,11 +20,6 @@ from rbln_retrieval.models.spec import Checkpoint
 
 # Multimodal retrievers and their reasons not to run here; each is refused by name rather than as "unsupported".
 _REFUSED = {
-    "ColPaliForRetrieval": (
-        "vLLM 0.30's ColPali builds its projection without the checkpoint's bias and attends causally where "
-        "transformers' ColPali attends bidirectionally over the image and prompt, so its page vectors differ from the "
-        "model's"
-    ),
     "ColQwen2ForRetrieval": "ColQwen's Qwen2-VL processor needs torchvision, which this platform cannot install",
     "ColQwen2_5": "ColQwen's Qwen2.5-VL processor needs torchvision, which this platform cannot install",
     "ColQwen3": "ColQwen's Qwen3-VL processor needs torchvision, which this platform cannot install",

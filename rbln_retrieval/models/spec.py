@@ -149,10 +149,13 @@ class FamilySpec:
     pair_template: PairTemplate | None = None  # Scoring.TEMPLATE only
     matryoshka: bool = False
     vocabulary_row: bool = False  # the "embed" task's one vocabulary-sized row is its sparse vector (SPLADE)
-    registers_splade: bool = False  # vLLM needs the bundled backend's SPLADE model (backend.graph.splade)
+    # The bundled backend's vLLM architecture it runs as (backend/graph: "RblnBertSpladeModel", "RblnColPaliModel"),
+    # registered with vLLM before the engine starts; its hf_overrides name it.
+    bundled_model: str | None = None
     loads_pickle_heads: bool = False  # heads shipped only as .pt state dicts (read by torch's weights-only unpickler)
     refuse_output: str | None = None  # sentence for an output it lacks: {model}, {output}, {missing} (the head)
     npu_note: str | None = None  # what the NPU runner does with its token-level outputs, when not the usual
+    untraced_only: str | None = None  # why no traced target (NPU, strict_shapes, host compile) runs it yet
     images: bool = False  # embeds images and texts into one space; claimed by architecture, never by ``family=``
 
     def claims(self, ckpt: Checkpoint) -> bool:

@@ -89,6 +89,9 @@ class PromptTokenizer:
         return self._text_tokens(ids)
 
     def _text_tokens(self, ids: list[list[int]]) -> list[Tokens]:
+        if self.family.text_suffix:  # after truncation, which never cuts it (ColPali's query suffix)
+            suffix = self.hf(self.family.text_suffix, add_special_tokens=False)["input_ids"]
+            ids = [row + suffix for row in ids]
         if self.family.pad_text_to_max_length:  # SigLIP pools the last position of a text padded to its length
             pad = self.hf.pad_token_id
             return [Tokens(row + [pad] * (self.max_length - len(row))) for row in ids]

@@ -18,6 +18,7 @@ from rbln_retrieval.models.specs import (
     bi_encoder,
     clip,
     colbert,
+    colpali,
     cross_encoder,
     embeddinggemma,
     gte_new,
@@ -41,11 +42,13 @@ FamilyName = Literal[
     "splade",
     "clip",
     "siglip",
+    "colpali",
 ]
 
 SPECS: tuple[FamilySpec, ...] = (
     clip.SPEC,
     siglip.SPEC,
+    colpali.SPEC,
     colbert.SPEC,  # before the others: it refuses PyLate checkpoints, whatever their architecture
     cross_encoder.SPEC,
     splade.SPEC,

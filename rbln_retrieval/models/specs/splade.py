@@ -36,7 +36,7 @@ SPEC = FamilySpec(
     scoring=Scoring.SPARSE_DOT,
     outputs=("sparse",),
     vocabulary_row=True,
-    registers_splade=True,
+    bundled_model=SPLADE_OVERRIDES["architectures"][0],
     refuse_output=(
         "{model} is a SPLADE model: it gives one sparse vector per text and no other output, so it cannot give "
         "output={output!r}; ask for output='sparse'."

@@ -1,0 +1,87 @@
+"""ColPali on vLLM: vLLM 0.30's ColPaliModel with two fixes, registered under its own name, so its token vectors
+are transformers' ColPaliForRetrieval's.
+
+- Projection: vLLM builds ``custom_text_proj`` without a bias whenever the config names the embedding size, and
+  then drops the checkpoint's ``embedding_proj_layer.bias`` (transformers' and colpali-engine's projection is an
+  ``nn.Linear`` with one). Here it always has one, loaded from the checkpoint (zero where a checkpoint has none).
+- Attention: vLLM runs model type ``colpali`` through Gemma's causal attention. transformers' ColPali passes its
+  processor's ``token_type_ids`` (all zero: every page and query token is prefix) to PaliGemma, which then attends
+  bidirectionally over the whole prompt. Here every Gemma layer's attention is encoder-only (no causal mask, no KV
+  cache), which is that attention.
+- Loading: checkpoints saved by transformers 5 name the vision tower's weights without ``vision_model.``.
+- Processing: PaliGemma's vision tower is SigLIP's, named directly (vLLM's lookup imports torchvision).
+
+Imports: vllm, torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+from vllm.model_executor.layers.attention.encoder_only_attention import EncoderOnlyAttention
+from vllm.model_executor.models.colpali import ColPaliModel, ColPaliMultiModalProcessor, ColPaliProcessingInfo
+from vllm.model_executor.models.paligemma import PaliGemmaDummyInputsBuilder
+from vllm.model_executor.models.siglip import SiglipEncoderInfo
+from vllm.multimodal import MULTIMODAL_REGISTRY
+
+ARCHITECTURE = "RblnColPaliModel"  # the ColPali family spec names it in its hf_overrides
+
+
+class RblnColPaliProcessingInfo(ColPaliProcessingInfo):
+    def get_vision_encoder_info(self) -> SiglipEncoderInfo:
+        # PaliGemma's vision tower is SigLIP's; vLLM's lookup of it imports Pixtral's image processor first, which
+        # needs torchvision.
+        return SiglipEncoderInfo(self.get_hf_config())
+
+
+@MULTIMODAL_REGISTRY.register_processor(
+    ColPaliMultiModalProcessor, info=RblnColPaliProcessingInfo, dummy_inputs=PaliGemmaDummyInputsBuilder
+)
+class RblnColPaliModel(ColPaliModel):
+    def __init__(self, *, vllm_config, prefix: str = ""):  # type: ignore[no-untyped-def]
+        super().__init__(vllm_config=vllm_config, prefix=prefix)
+        _bidirectional(self.language_model.model.layers, vllm_config)
+        hidden, dim = self._proj_hidden_size, self.embed_dim
+        if dim is not None:
+            self.custom_text_proj = nn.Linear(hidden, dim, bias=True, dtype=vllm_config.model_config.head_dtype)
+            nn.init.zeros_(self.custom_text_proj.bias)
+            self.pooler.head.projector = self.custom_text_proj
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        loaded: set[str] = super().load_weights((_vision_name(name), tensor) for name, tensor in weights)
+        # A checkpoint without the bias keeps the zero it was built with.
+        return loaded | {"custom_text_proj.bias", "pooler.head.projector.bias"}
+
+
+def _vision_name(name: str) -> str:
+    """transformers 5 saves PaliGemma's SigLIP tower without its ``vision_model.`` level; vLLM's tower has it."""
+    tower = "vlm.vision_tower."
+    if name.startswith(tower) and not name.startswith(tower + "vision_model."):
+        return tower + "vision_model." + name[len(tower) :]
+    return name
+
+
+def _bidirectional(layers: Iterable[nn.Module], vllm_config) -> None:  # type: ignore[no-untyped-def]
+    """Each layer's causal attention replaced by encoder-only attention of the same shape and name."""
+    forward_context = vllm_config.compilation_config.static_forward_context
+    for layer in layers:
+        causal = layer.self_attn.attn
+        del forward_context[causal.layer_name]  # the name is registered once, by the layer that serves it
+        layer.self_attn.attn = EncoderOnlyAttention(
+            causal.num_heads,
+            causal.head_size,
+            layer.self_attn.scaling,
+            num_kv_heads=causal.num_kv_heads,
+            cache_config=vllm_config.cache_config,
+            prefix=causal.layer_name,
+        )
+
+
+def register() -> None:
+    """Make the architecture known to vLLM in this process (and the engine processes it forks)."""
+    from vllm import ModelRegistry
+
+    if ARCHITECTURE not in ModelRegistry.get_supported_archs():
+        ModelRegistry.register_model(ARCHITECTURE, RblnColPaliModel)
