@@ -63,7 +63,7 @@ T = TypeVar("T")
 
 class PoolingEngine(ImageEmbedding):
     """One vLLM pooling engine for one model: ``embed``, ``score`` and ``rerank``, sync and async; for image-text
-    models (CLIP, SigLIP) also ``embed_images``, ``score_images`` and ``rerank_images`` (local/image_calls.py).
+    models (CLIP, SigLIP, ColPali) also ``embed_images``, ``score_images`` and ``rerank_images`` (local/image_calls.py).
 
     ``model`` is a local directory or a Hugging Face id (``"org/name"`` or ``"org/name@revision"``) resolved
     through huggingface_hub's cache with ``revision``, ``cache_folder``, ``token`` and ``local_files_only``.
