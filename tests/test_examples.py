@@ -1,17 +1,14 @@
 """The examples run as a user runs them (subprocesses, all started at once to share the wait for engine starts;
-remote_client.py against a real `rbln-retrieval serve`); their printed results are checked against the labeled
-data and against plain-transformers references."""
+remote_client.py against a real `rbln-retrieval serve`, the session's MiniLM server); their printed results are
+checked against the labeled data and against plain-transformers references."""
 
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
 import reference
@@ -38,72 +35,32 @@ def start(script: str, *args: str) -> subprocess.Popen:
     )
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_healthy(url: str, server: subprocess.Popen, log: Path, timeout: float = 900) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert server.poll() is None, f"rbln-retrieval serve exited: {log.read_text()[-2000:]}"
-        try:
-            if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(2)
-    raise AssertionError(f"rbln-retrieval serve did not become healthy in {timeout} s")
-
-
 @pytest.fixture(scope="module")
-def runs(tiny_models, minilm, tmp_path_factory) -> dict[str, tuple[int, str, str]]:
-    """Every example that starts an engine, started together (with the server remote_client.py talks to);
+def runs(tiny_models, minilm, request) -> dict[str, tuple[int, str, str]]:
+    """Every example that starts an engine, started together; then remote_client.py against the session's MiniLM
+    server (`rbln-retrieval serve` in float32 on the CPU, which the other tests of a plain server share; asked for
+    once the examples run, so that its start, where this file is the first to ask, shares their wait);
     name -> (exit code, stdout, stderr)."""
-    log = tmp_path_factory.mktemp("serve") / "serve.log"
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    with log.open("w") as server_output:
-        server = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "rbln_retrieval.cli",
-                "serve",
-                str(minilm),
-                "--port",
-                str(port),
-                "--device",
-                "cpu",
-                "--dtype",
-                "float32",
-            ],
-            stdout=server_output,
-            stderr=subprocess.STDOUT,
-        )
+    started = {
+        "langchain": start("langchain_rag.py", "--device", "cpu"),
+        "llamaindex": start("llamaindex_rag.py", "--device", "cpu"),
+        "qwen3-embedding": start(
+            "qwen3_embedding.py", tiny_models["qwen3-embedding"], "--device", "cpu", "--dtype", "float32"
+        ),
+        "qwen3-reranker": start(
+            "qwen3_reranker.py", tiny_models["qwen3-reranker"], "--device", "cpu", "--dtype", "float32"
+        ),
+    }
     try:
-        started = {
-            "langchain": start("langchain_rag.py", "--device", "cpu"),
-            "llamaindex": start("llamaindex_rag.py", "--device", "cpu"),
-            "qwen3-embedding": start(
-                "qwen3_embedding.py", tiny_models["qwen3-embedding"], "--device", "cpu", "--dtype", "float32"
-            ),
-            "qwen3-reranker": start(
-                "qwen3_reranker.py", tiny_models["qwen3-reranker"], "--device", "cpu", "--dtype", "float32"
-            ),
-        }
+        server = request.getfixturevalue("minilm_server")
+    finally:
         results = {}
         for name, process in started.items():
             stdout, stderr = process.communicate(timeout=1200)
             results[name] = (process.returncode, stdout, stderr)
-        wait_healthy(url, server, log)
-        remote = start("remote_client.py", "--base-url", url, "--model", minilm)
-        stdout, stderr = remote.communicate(timeout=600)
-        results["remote"] = (remote.returncode, stdout, stderr)
-    finally:
-        server.terminate()
-        server.wait(timeout=120)
+    remote = start("remote_client.py", "--base-url", server.url, "--model", minilm)
+    stdout, stderr = remote.communicate(timeout=600)
+    results["remote"] = (remote.returncode, stdout, stderr)
     return results
 
 

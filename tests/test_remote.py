@@ -23,19 +23,21 @@ QUERY = "How are exceptions raised and handled in Python?"
 
 @pytest.fixture(scope="module")
 def servers(minilm, tiny_models, tmp_path_factory, hub_cache):
-    """Two MiniLM replicas, MiniLM by its Hugging Face id (offline, from hub_cache), MiniLM in bfloat16 and one
+    """Two MiniLM replicas, MiniLM started from its Hugging Face id (offline, from hub_cache) in bfloat16, and one
     server per tiny reranker/Qwen3 family, all behind the same API key."""
     logs = tmp_path_factory.mktemp("server-logs")
     models = {
         "minilm-a": minilm,
         "minilm-b": minilm,
-        "minilm-id": f"{HUB_MINILM}@main",
         **{name: tiny_models[name] for name in ("qwen3-embedding", "qwen3-reranker", "bert-cross-encoder")},
     }
     env = {"HF_HUB_CACHE": str(hub_cache)}
     started = {name: Server(path, logs / f"{name}.log", api_key=API_KEY, env=env) for name, path in models.items()}
+    # One server proves both what a server started from an id publishes and what bfloat16 serving promises.
     bf16 = {k: v for k, v in BF16_OPTIONS.items() if k != "device"}
-    started["minilm-bf16"] = Server(minilm, logs / "minilm-bf16.log", api_key=API_KEY, env=env, options=bf16)
+    started["minilm-id-bf16"] = Server(
+        f"{HUB_MINILM}@main", logs / "minilm-id-bf16.log", api_key=API_KEY, env=env, options=bf16
+    )
     try:
         for server in started.values():
             server.wait_ready()
@@ -74,11 +76,13 @@ def test_remote_embed_equals_local_for_documents_and_queries(servers, minilm, mi
         assert remote.embed([]).shape == (0, 384)
 
 
-def test_a_bfloat16_server_equals_local_bfloat16_within_its_bounds(servers, minilm, minilm_bf16_engine, minilm_engine):
+def test_a_bfloat16_server_equals_local_bfloat16_within_its_bounds(
+    servers, hub_cache, minilm_bf16_engine, minilm_engine
+):
     """remote == local in bfloat16: another process and other batches, so equal within two paths' bound, and
     within the promise of float32."""
     texts = mixed_length(40)[::2]
-    with _remote(minilm, servers["minilm-bf16"].url) as remote:
+    with _remote(f"{HUB_MINILM}@main", servers["minilm-id-bf16"].url, cache_folder=hub_cache) as remote:
         vectors = remote.embed(texts)
         assert_bf16_paths_agree(vectors, minilm_bf16_engine.embed(texts))
         assert_bf16_close_to_float32(vectors, minilm_engine.embed(texts))
@@ -113,19 +117,18 @@ async def test_remote_rerankers_equal_local(servers, tiny_models, name):
         assert [s for _, s in remote_top] == pytest.approx([s for _, s in local_top], abs=1e-5)
 
 
-def test_a_server_started_from_an_id_publishes_it_and_clients_pass_the_same_id(servers, hub_cache, minilm_engine):
+def test_a_server_started_from_an_id_publishes_it_and_clients_pass_the_same_id(servers, hub_cache, minilm_bf16_engine):
     import httpx
 
-    url = servers["minilm-id"].url
+    url = servers["minilm-id-bf16"].url
     served = httpx.get(url + "/v1/models", headers={"Authorization": f"Bearer {API_KEY}"}).json()["data"]
     assert [model["id"] for model in served] == [HUB_MINILM]
     texts = mixed_length(40)
     with _remote(f"{HUB_MINILM}@main", url, cache_folder=hub_cache) as remote:
         assert remote.family.hidden_size == 384  # read from the id's configs in the client's cache
-        np.testing.assert_allclose(remote.embed(texts), minilm_engine.embed(texts), atol=1e-5)
-        np.testing.assert_allclose(
-            remote.embed([QUERY], kind="query"), minilm_engine.embed([QUERY], kind="query"), atol=1e-5
-        )
+        # The server computes in bfloat16: the id's model, within what two bfloat16 paths agree to.
+        assert_bf16_paths_agree(remote.embed(texts), minilm_bf16_engine.embed(texts))
+        assert_bf16_paths_agree(remote.embed([QUERY], kind="query"), minilm_bf16_engine.embed([QUERY], kind="query"))
 
 
 def test_get_engine_with_base_url_is_remote_and_shared(servers, minilm):
