@@ -8,7 +8,7 @@ export TORCH_DEVICE_BACKEND_AUTOLOAD := 0
 INSTALL_INPUTS := scripts/install.sh scripts/pinned_requirements.py $(wildcard requirements/*.txt) pyproject.toml \
 	integrations/langchain/pyproject.toml $(wildcard integrations/llama_index/*/pyproject.toml)
 
-.PHONY: install demo lint format docs test test-fast test-ray test-avx2 bench bench-backend clean
+.PHONY: install demo lint format docs test test-serial test-fast test-ray test-avx2 bench bench-backend clean
 install: $(STAMP)
 
 $(STAMP): $(INSTALL_INPUTS)
@@ -32,7 +32,15 @@ format: install
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
+# The suite on PYTEST_WORKERS pytest-xdist workers (tests/workers.py: a file, or the files sharing a session server
+# or a Ray cluster, per worker, the longest first); PYTEST_WORKERS=0, or `make test-serial`, runs it in one process.
+PYTEST_WORKERS ?= 2
+WORKERS := -n $(PYTEST_WORKERS) --dist loadfile
+
 test: install
+	$(PY) -m pytest $(WORKERS)
+
+test-serial: install
 	$(PY) -m pytest
 
 # A developer's loop, about 2 minutes: pinned imports, unit tests, input checks and the MiniLM engine's own
@@ -47,7 +55,7 @@ test-ray: install
 
 # The suite as an AVX2-only CPU runs it, on a machine with AVX-512 (see README, "Tests").
 test-avx2: install
-	ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 $(PY) -m pytest
+	ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 $(PY) -m pytest $(WORKERS)
 
 bench: install
 	$(PY) bench/run.py

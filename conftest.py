@@ -22,8 +22,9 @@ from model_builders import (
     minilm_path,
 )
 
-# Engine and server starts per session, against the limits docs/development.md states; pytester for its own test.
-pytest_plugins = ["engine_budget", "pytester"]
+# Engine and server starts per session, against the limits docs/development.md states; the two-worker lane's
+# grouping and threads; pytester for their tests.
+pytest_plugins = ["engine_budget", "workers", "pytester"]
 
 
 class TinyModels:

@@ -6,7 +6,9 @@ the counts are what a new test adds to the suite's time.
 Counted: engines started in the test process (PoolingEngine, shared or not, including restarts), engines started
 in the processes the tests start (CLI, examples, Ray workers: tests/engine_count/sitecustomize.py, put on the
 PYTHONPATH the suite's subprocesses inherit) and servers (tests/servers.py). Loaded from the root conftest.py
-(``pytest_plugins``); imports nothing of the test helpers but ``servers``."""
+(``pytest_plugins``); imports nothing of the test helpers but ``servers``. Under pytest-xdist each worker counts
+its own and hands its counts to the controller (``workeroutput``), which sums them, prints them and fails the
+session."""
 
 from __future__ import annotations
 
@@ -31,6 +33,9 @@ def stated_limits() -> tuple[int, int]:
     return int(match[1]), int(match[2])
 
 
+COUNTED = ("in_process", "servers", "subprocesses")
+
+
 class EngineBudget:
     """Starts per test file: in the test process, in its subprocesses (one line each in ``log``), of servers."""
 
@@ -48,6 +53,14 @@ class EngineBudget:
 
     def totals(self) -> tuple[int, int]:
         return sum(self.in_process.values()) + sum(self.subprocesses.values()), sum(self.servers.values())
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        return {name: dict(getattr(self, name)) for name in COUNTED}
+
+    def add(self, counts: dict[str, dict[str, int]]) -> None:
+        """Counts of another process's session (a worker's), added to these."""
+        for name in COUNTED:
+            getattr(self, name).update(counts[name])
 
     def over(self) -> bool:
         engines, servers = self.totals()
@@ -70,7 +83,8 @@ def pytest_configure(config: pytest.Config) -> None:
     log = Path(tempfile.mkdtemp(prefix="engine-starts-")) / "subprocesses"
     budget = config.stash[BUDGET] = EngineBudget(log, stated_limits())
     os.environ["RBLN_TEST_ENGINE_STARTS"] = str(log)
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(COUNTER), os.environ.get("PYTHONPATH")) if p)
+    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(COUNTER), *paths) if p and p != str(COUNTER))
 
     start = PoolingEngine._start
 
@@ -88,10 +102,21 @@ def pytest_configure(config: pytest.Config) -> None:
     Server.__init__ = counted_server  # type: ignore[method-assign]
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """A pytest-xdist worker is done: its counts join the controller's."""
+    counts = getattr(node, "workeroutput", {}).get("engine_budget")
+    if counts is not None:
+        node.config.stash[BUDGET].add(counts)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     budget = session.config.stash[BUDGET]
     budget.read_subprocess_starts()
-    if budget.over():
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # a pytest-xdist worker: the controller judges the sum
+        workeroutput["engine_budget"] = budget.counts()
+    elif budget.over():
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

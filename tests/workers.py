@@ -1,0 +1,97 @@
+"""The two-worker lane (`make test`: pytest-xdist, ``-n 2 --dist loadfile``): which tests share a worker, in what
+order the work goes out, and each worker's compute threads. Most of the suite's time is engine and server starts,
+largely single-threaded Python, so a second worker on a 2-core machine nearly halves it.
+
+- A test file is one unit of work, so its module fixtures (an engine per family, a server) start once. Files that
+  name a session resource below form one unit with each other: the session's MiniLM server starts once, and no two
+  local Ray clusters run at once. Session engines (``minilm_engine``, ``tiny_engine``, ...) start once per worker.
+- The costliest unit goes out first, so the two workers finish together.
+- A worker's in-process engines compute on its share of the cores (``torch.set_num_threads``): two OpenMP teams
+  of two threads on two cores wait on each other's barriers. Processes the tests start keep the environment a user
+  has (nothing is set in ``os.environ``).
+
+Loaded from the root conftest.py (``pytest_plugins``); the hooks do nothing without pytest-xdist."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+# Files naming one of these fixtures share a worker, in one unit of work.
+SHARED_BY_FILES = ("ray_cluster", "minilm_server")
+
+# Rough seconds per file on the 2-core machine, from the engine and server starts docs/development.md counts (an
+# engine 10-25 s, a server 30-150 s): only their order matters. Any other file: a second per test.
+EXPECTED_SECONDS = {
+    "tests/backend/test_parity.py": 700,
+    "tests/test_remote.py": 450,
+    "tests/test_user_lane.py": 300,
+    "tests/test_ray_data.py": 250,
+    "tests/backend/test_rbln_target.py": 200,
+    "tests/test_examples.py": 200,
+    "tests/backend/test_rbln_routes.py": 150,
+    "tests/test_serving.py": 150,
+    "tests/test_ray_serve.py": 150,
+    "tests/test_families.py": 120,
+    "tests/test_demo.py": 110,
+    "tests/test_chunking.py": 80,
+    "tests/test_precision.py": 80,
+    "tests/test_framework_objects.py": 80,
+    "tests/test_bge_m3.py": 60,
+    "tests/test_splade.py": 60,
+    "tests/backend/test_bfloat16.py": 60,
+}
+
+
+def unit_of(path: str, root: Path) -> str:
+    """The unit of work of a test file (its path relative to the rootdir): the first shared fixture it names, or
+    itself."""
+    file = root / path
+    text = file.read_text(encoding="utf-8") if file.suffix == ".py" and file.is_file() else ""
+    return next((name for name in SHARED_BY_FILES if name in text), path)
+
+
+def expected_seconds(nodeids) -> int:
+    files = {nodeid.split("::", 1)[0] for nodeid in nodeids}
+    return len(nodeids) + sum(EXPECTED_SECONDS.get(file, 0) for file in files)
+
+
+def _scheduler(config: pytest.Config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileGroups(LoadScopeScheduling):
+        """xdist's loadfile with the shared-resource units above, the costliest unit sent first."""
+
+        def __init__(self, config: pytest.Config, log) -> None:
+            super().__init__(config, log)
+            self.units: dict[str, str] = {}
+
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            if path not in self.units:
+                self.units[path] = unit_of(path, config.rootpath)
+            return self.units[path]
+
+        def _assign_work_unit(self, node) -> None:
+            costliest = max(self.workqueue, key=lambda unit: expected_seconds(self.workqueue[unit]))
+            self.workqueue.move_to_end(costliest, last=False)
+            super()._assign_work_unit(node)
+
+    return FileGroups(config, log)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """--dist loadfile: xdist's file units, regrouped and ordered as above; other --dist modes are xdist's own."""
+    return _scheduler(config, log) if config.getvalue("dist") == "loadfile" else None
+
+
+@pytest.hookimpl(tryfirst=True)  # before any engine: vLLM's CPU worker disables torch.set_num_threads once it binds
+def pytest_configure(config: pytest.Config) -> None:
+    workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
+    if workers > 1:
+        import torch
+
+        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // workers))
