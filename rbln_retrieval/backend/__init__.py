@@ -24,6 +24,7 @@ Stages it may import: vllm_compat, platform, graph
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 from collections.abc import Iterator
@@ -63,6 +64,18 @@ def register_models() -> None:
     for architecture, model_class in ARCHITECTURES.items():
         if architecture not in ModelRegistry.get_supported_archs():
             ModelRegistry.register_model(architecture, model_class)
+
+
+def import_model(architecture: str) -> None:
+    """Register ``architecture`` (one of the bundled ones) as its class, imported here, for a process that starts an
+    engine of it: vLLM inspects a class registered by name in a subprocess that imports vLLM and the model anew (tens
+    of seconds, once per version of the module), and the engine's processes forked from this one inherit it."""
+    from vllm import ModelRegistry
+
+    from rbln_retrieval.backend.graph import ARCHITECTURES
+
+    module, name = ARCHITECTURES[architecture].split(":")
+    ModelRegistry.register_model(architecture, getattr(importlib.import_module(module), name))
 
 
 def claim_platform() -> bool:
