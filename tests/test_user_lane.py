@@ -28,10 +28,14 @@ import httpx
 import numpy as np
 import psutil
 import pytest
+import reference
 from model_builders import HUB_MINILM, hub_cache_snapshot
 from npu import STANDIN
 from servers import GUARDED, PROBES, Server
+from tolerances import BF16_BETWEEN_PATHS_MIN_COSINE
 
+from rbln_retrieval import backend
+from rbln_retrieval.backend.graph import ARCHITECTURES
 from rbln_retrieval.engines.protocol import DESCRIBE_PATH
 from rbln_retrieval.server.serve import ENGINE_DIED
 
@@ -70,6 +74,32 @@ FRAMEWORKS = textwrap.dedent(
     nodes = Reranker(top_n=1).postprocess_nodes(retrieved, query_str="What is an NPU?")
     print("llama_index", retrieved[0].node.get_content(), "|", len(nodes))
     """
+)
+
+# A plain process's vLLM general plugins, as vLLM loads them in each of its processes: the entry points named
+# rbln_retrieval, which of the names in argv vLLM's registry then knows, whether a model module of the backend was
+# imported for that, and the platform.
+PLUGINS_PROBE = textwrap.dedent(
+    """
+    import sys
+    from importlib.metadata import entry_points
+    from vllm.plugins import load_general_plugins
+
+    load_general_plugins()
+    from vllm import ModelRegistry
+    from vllm.platforms import current_platform
+
+    print([ep.value for ep in entry_points(group="vllm.general_plugins") if ep.name == "rbln_retrieval"])
+    print([name for name in sys.argv[1:] if name in ModelRegistry.get_supported_archs()])
+    print(any(name.startswith("rbln_retrieval.backend.graph.") for name in sys.modules))
+    print(type(current_platform).__name__)
+    """
+)
+GENERAL_PLUGIN = f"rbln_retrieval.backend:{backend.register_models.__name__}"
+REINSTALL = (
+    "the installed rbln-retrieval lacks its vllm.general_plugins entry point (pyproject.toml), so vLLM's server and "
+    "engine processes cannot build the bundled architectures: reinstall the package (make install, or "
+    "pip install --no-deps --no-build-isolation -e .) to refresh its metadata"
 )
 
 
@@ -220,3 +250,51 @@ def built_graphs(home: Path) -> dict[Path, int]:
 
 def tiny_dimension(path: Path) -> int:
     return json.loads((path / "config.json").read_text())["hidden_size"]
+
+
+@pytest.mark.parametrize("npu_host", [False, True], ids=["installed-scoped", "npu-host-unscoped"])
+def test_vllm_loads_the_bundled_architectures_in_a_plain_process(tmp_path, npu_host):
+    """vLLM's general plugins, as every vLLM process loads them (this needs the installed entry point): our engines
+    name only this package's plugin in VLLM_PLUGINS, so vllm-rbln's stay out; a user's process without VLLM_PLUGINS
+    loads every plugin (vLLM's default: on an NPU host vllm-rbln's platform and plugins, where rebel-compiler is
+    missing vLLM's import fails on them), and the bundled architectures are registered beside vllm-rbln's. Either
+    way by name only: no model module is imported until vLLM builds one."""
+    env = user_env(tmp_path, npu_host=npu_host)
+    if not npu_host:  # the README's variable where torch-rbln's native library is missing
+        env |= {"VLLM_PLUGINS": backend.PLUGIN_NAME, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    done = run([sys.executable, "-c", PLUGINS_PROBE, *ARCHITECTURES], env, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    plugin, registered, imported, platform = done.stdout.strip().splitlines()[-4:]
+    assert plugin == repr([GENERAL_PLUGIN]), REINSTALL
+    assert registered == repr(list(ARCHITECTURES)), done.stderr[-3000:]
+    assert imported == "False"
+    assert platform == ("RblnPlatform" if npu_host else "CpuPlatform")
+
+
+def test_serve_builds_an_architecture_the_backend_adds(tmp_path, tiny_models):
+    """`rbln-retrieval serve` of a SPLADE checkpoint as the README writes it (the installed package, in a scrubbed
+    environment): vLLM's API server and engine core know RblnBertSpladeModel from the installed general plugin
+    (without it the server stops at start: "Model architectures ['RblnBertSpladeModel'] are not supported"), and
+    /v1/embeddings answers the sparse vector as its vocabulary-sized row."""
+    from importlib.metadata import entry_points
+
+    installed = [ep.value for ep in entry_points(group="vllm.general_plugins") if ep.name == backend.PLUGIN_NAME]
+    assert installed == [GENERAL_PLUGIN], REINSTALL  # before a server start that would fail on it
+    path, text = tiny_models["splade"], "the cat sat on the mat, the end"
+    home = tmp_path / "home"
+    home.mkdir()
+    server = Server(path, tmp_path / "serve.log", user_env=user_env(home, npu_host=False))
+    try:
+        server.wait_ready()
+        answer = httpx.post(server.url + "/v1/embeddings", json={"input": [text]}, timeout=120)
+    finally:
+        stopped = server.stop()
+    assert answer.status_code == 200, answer.text
+    assert stopped == 0
+    row = np.asarray(answer.json()["data"][0]["embedding"])
+    expected = np.zeros_like(row)
+    for token, weight in reference.splade(str(path), [text], max_length=512)[0].items():
+        expected[token] = weight
+    # Serve's default dtype (bfloat16 where the CPU has it); the sparse numerics are tests/test_splade.py's.
+    assert row.min() >= 0 and (row > 0).sum() > 50
+    assert row @ expected / (np.linalg.norm(row) * np.linalg.norm(expected)) >= BF16_BETWEEN_PATHS_MIN_COSINE

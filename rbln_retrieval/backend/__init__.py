@@ -1,9 +1,13 @@
-"""The bundled vLLM platform plugin (entry point group ``vllm.platform_plugins``).
+"""The bundled vLLM plugin: a platform (entry point group ``vllm.platform_plugins``) and the architectures the
+backend adds to vLLM (group ``vllm.general_plugins``), both under the name ``rbln_retrieval``.
 
 vLLM resolves its platform afresh in every process, so activation travels in an environment variable that the
 engine sets while it starts vLLM (child processes inherit it); merely installing the package activates nothing,
 so the plugin coexists with vLLM's CPU platform and with another vendor's plugin. An engine that runs vLLM inside
-the calling process claims that process's platform instead (``claim_platform``).
+the calling process claims that process's platform instead (``claim_platform``). vLLM loads general plugins in
+every process it starts (API server, engine core, workers, its model-inspection subprocess), so the bundled
+architectures are known wherever a model is built; they are registered by name, and cost no import until vLLM
+builds one.
 
 The backend by stage, in the order data flows: ``step`` (what a step is padded to and which prompts it takes),
 ``attention`` (attention over a packed step), ``graph`` (the compiled forward and pooling), ``npu`` (the RBLN SDK
@@ -15,11 +19,12 @@ it (tests/backend/test_layout.py).
 
 May import: errors, cpu_features
 Engine libraries: vllm, torch, transformers
-Stages it may import: vllm_compat, platform
+Stages it may import: vllm_compat, platform, graph
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 from collections.abc import Iterator
@@ -31,7 +36,7 @@ from rbln_retrieval.errors import EngineStartError
 logger = logging.getLogger(__name__)
 
 ACTIVATE_ENV = "RBLN_RETRIEVAL_BACKEND"
-PLUGIN_NAME = "rbln_retrieval"  # the entry point's name in pyproject.toml
+PLUGIN_NAME = "rbln_retrieval"  # both entry points' name in pyproject.toml
 TARGETS = ("host", "rbln")
 PLATFORM = "rbln_retrieval.backend.platform.BundledPlatform"
 # The bundled runner subclasses vLLM's V1 runner; V2 would otherwise be picked wherever Triton has a CPU backend.
@@ -47,6 +52,30 @@ def register() -> str | None:
         logger.warning("%s=%r is not one of %s; the bundled backend stays off.", ACTIVATE_ENV, target, TARGETS)
         return None
     return PLATFORM
+
+
+def register_models() -> None:
+    """vLLM calls this in every process its plugin scope lets it (a stock engine's too): the architectures the
+    bundled backend adds, each by "module:class", so that a process imports a model's module only to build it."""
+    from vllm import ModelRegistry
+
+    from rbln_retrieval.backend.graph import ARCHITECTURES
+
+    for architecture, model_class in ARCHITECTURES.items():
+        if architecture not in ModelRegistry.get_supported_archs():
+            ModelRegistry.register_model(architecture, model_class)
+
+
+def import_model(architecture: str) -> None:
+    """Register ``architecture`` (one of the bundled ones) as its class, imported here, for a process that starts an
+    engine of it: vLLM inspects a class registered by name in a subprocess that imports vLLM and the model anew (tens
+    of seconds, once per version of the module), and the engine's processes forked from this one inherit it."""
+    from vllm import ModelRegistry
+
+    from rbln_retrieval.backend.graph import ARCHITECTURES
+
+    module, name = ARCHITECTURES[architecture].split(":")
+    ModelRegistry.register_model(architecture, getattr(importlib.import_module(module), name))
 
 
 def claim_platform() -> bool:
@@ -102,17 +131,17 @@ def _resolved_platform(target: str | None) -> object:
 
 @contextmanager
 def activated(target: str | None, env: dict[str, str] | None = None) -> Iterator[None]:
-    """Environment for vLLM processes started inside the block: the plugin on ``target``, or off for None,
+    """Environment for vLLM processes started inside the block: the platform on ``target``, or off for None,
     plus ``env``.
 
     vLLM refuses to start when two out-of-tree platform plugins activate (the official vllm-rbln plugin installed
-    beside this package would be the second), so our engines load our plugin alone, and stock engines none.
+    beside this package would be the second), so every engine loads our plugin alone: a stock engine with the
+    platform off and the bundled architectures registered (a SPLADE or ColPali checkpoint runs as one of them).
     """
     if target is not None and target not in TARGETS:
         raise ValueError(f"target={target!r} is not one of {TARGETS}.")
     vllm_compat.check_stack()
-    plugins = {"VLLM_PLUGINS": PLUGIN_NAME if target else ""}
-    wanted = {ACTIVATE_ENV: target, **plugins, **(_ENGINE_ENV if target else {}), **(env or {})}
+    wanted = {ACTIVATE_ENV: target, "VLLM_PLUGINS": PLUGIN_NAME, **(_ENGINE_ENV if target else {}), **(env or {})}
     saved = {name: os.environ.get(name) for name in wanted}
     try:
         for name, value in wanted.items():

@@ -63,10 +63,8 @@ async def start_vllm(
     from rbln_retrieval.local.inproc import InprocEngine
 
     kwargs = vllm_engine_kwargs(model, family, options, device=device, model_key=str(source))
-    if family.spec.bundled_model:  # engine processes are forked: they inherit the registration
-        from rbln_retrieval.backend.graph import colpali, splade
-
-        {m.ARCHITECTURE: m for m in (colpali, splade)}[family.spec.bundled_model].register()
+    if family.spec.bundled_model:
+        backend.import_model(family.spec.bundled_model)
     # vLLM's CPU platform allows the uni executor only with multiprocessing off; the thread variables reach only a
     # worker process vLLM spawns.
     env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if in_process else (cpu_threads_env() if device == "cpu" else {})

@@ -150,7 +150,7 @@ class FamilySpec:
     matryoshka: bool = False
     vocabulary_row: bool = False  # the "embed" task's one vocabulary-sized row is its sparse vector (SPLADE)
     # The bundled backend's vLLM architecture it runs as (backend/graph: "RblnBertSpladeModel", "RblnColPaliModel"),
-    # registered with vLLM before the engine starts; its hf_overrides name it.
+    # registered in every vLLM process by the backend's general plugin; its hf_overrides name it.
     bundled_model: str | None = None
     loads_pickle_heads: bool = False  # heads shipped only as .pt state dicts (read by torch's weights-only unpickler)
     refuse_output: str | None = None  # sentence for an output it lacks: {model}, {output}, {missing} (the head)

@@ -18,7 +18,7 @@ from rbln_retrieval.errors import ModelNotSupportedError
 from rbln_retrieval.models.files import read_json
 
 SPLADE_ARCHS = {"BertForMaskedLM"}
-# The architecture rbln_retrieval.backend.graph.splade registers with vLLM (vLLM's own, with its weight loading fixed).
+# The architecture rbln_retrieval.backend.graph.splade defines for vLLM (vLLM's own, with its weight loading fixed).
 SPLADE_OVERRIDES = {"architectures": ["RblnBertSpladeModel"]}
 # sentence-transformers' SparseEncoder modules of a SPLADE checkpoint, by the end of their type name.
 _SPLADE_MODULES = ("MLMTransformer", "SpladePooling")

@@ -26,14 +26,31 @@ def test_plugin_is_off_unless_an_engine_activates_it(monkeypatch):
         assert os.environ["VLLM_USE_V2_MODEL_RUNNER"] == "0"
     assert backend.register() is None and backend.ACTIVATE_ENV not in os.environ
     monkeypatch.setenv(backend.ACTIVATE_ENV, "host")
-    with backend.activated(None):  # a stock engine's processes never see the plugin
-        assert backend.register() is None
+    with backend.activated(None):  # a stock engine's processes load the plugin with its platform off
+        assert backend.register() is None and os.environ["VLLM_PLUGINS"] == backend.PLUGIN_NAME
     assert os.environ[backend.ACTIVATE_ENV] == "host"
     monkeypatch.setenv(backend.ACTIVATE_ENV, "gpu")
     assert backend.register() is None
     with pytest.raises(ValueError, match="not one of"):
         with backend.activated("gpu"):
             pass
+
+
+def test_every_bundled_architecture_is_registered_by_name_and_resolves_to_its_class():
+    """The general plugin's table names each family's bundled architecture, as a "module:class" vLLM imports only
+    when it builds the model; an engine's start registers the class itself."""
+    from vllm import ModelRegistry
+
+    from rbln_retrieval.backend.graph import ARCHITECTURES
+    from rbln_retrieval.models.specs import SPECS
+
+    assert set(ARCHITECTURES) == {spec.bundled_model for spec in SPECS if spec.bundled_model}
+    backend.register_models()
+    for architecture, model_class in ARCHITECTURES.items():
+        assert architecture in ModelRegistry.get_supported_archs()
+        backend.import_model(architecture)
+        registered = ModelRegistry.models[architecture].model_cls  # vLLM's entry for an imported class
+        assert f"{registered.__module__}:{registered.__qualname__}" == model_class
 
 
 def test_buckets_cover_every_step_size():

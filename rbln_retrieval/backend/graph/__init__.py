@@ -5,3 +5,11 @@ and attention (``colpali``), and CLIP's and SigLIP's vision and text towers on t
 
 Stages it may import: npu, vllm_compat
 """
+
+# The architectures the graph adds to vLLM, by name and "module:class": rbln_retrieval.backend.register_models
+# registers them in every vLLM process, and vLLM imports a module only when it builds (or inspects) its model. The
+# family specs name them in their hf_overrides (FamilySpec.bundled_model).
+ARCHITECTURES = {
+    "RblnBertSpladeModel": f"{__name__}.splade:RblnBertSpladeModel",
+    "RblnColPaliModel": f"{__name__}.colpali:RblnColPaliModel",
+}

@@ -30,8 +30,6 @@ from vllm.model_executor.models.siglip import SiglipEncoderInfo
 from vllm.multimodal import MULTIMODAL_REGISTRY
 from vllm.multimodal.processing import PromptIndexTargets, PromptUpdate
 
-ARCHITECTURE = "RblnColPaliModel"  # the ColPali family spec names it in its hf_overrides
-
 
 class RblnColPaliProcessingInfo(ColPaliProcessingInfo):
     def get_vision_encoder_info(self) -> SiglipEncoderInfo:
@@ -89,11 +87,3 @@ def _bidirectional(layers: Iterable[nn.Module], vllm_config) -> None:  # type: i
             cache_config=vllm_config.cache_config,
             prefix=causal.layer_name,
         )
-
-
-def register() -> None:
-    """Make the architecture known to vLLM in this process (and the engine processes it forks)."""
-    from vllm import ModelRegistry
-
-    if ARCHITECTURE not in ModelRegistry.get_supported_archs():
-        ModelRegistry.register_model(ARCHITECTURE, RblnColPaliModel)

@@ -22,8 +22,6 @@ from collections.abc import Iterable
 import torch
 from vllm.model_executor.models.bert import BertSpladeSparseEmbeddingModel, SPLADESparsePooler
 
-ARCHITECTURE = "RblnBertSpladeModel"  # rbln_retrieval.models.splade names it in the family's hf_overrides
-
 
 class RblnBertSpladeModel(BertSpladeSparseEmbeddingModel):
     def _build_pooler(self, pooler_config):  # type: ignore[no-untyped-def]
@@ -53,11 +51,3 @@ def _decoder_bias(name: str) -> str:
     if name.endswith("cls.predictions.bias"):
         return name[: -len("bias")] + "decoder.bias"
     return name
-
-
-def register() -> None:
-    """Make the architecture known to vLLM in this process (and the engine processes it forks)."""
-    from vllm import ModelRegistry
-
-    if ARCHITECTURE not in ModelRegistry.get_supported_archs():
-        ModelRegistry.register_model(ARCHITECTURE, RblnBertSpladeModel)

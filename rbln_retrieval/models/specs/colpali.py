@@ -20,7 +20,7 @@ from rbln_retrieval.models.files import read_json
 from rbln_retrieval.models.spec import Checkpoint, FamilySpec, Scoring
 
 ARCH = "ColPaliForRetrieval"
-BUNDLED_MODEL = "RblnColPaliModel"  # rbln_retrieval.backend.graph.colpali registers it
+BUNDLED_MODEL = "RblnColPaliModel"  # rbln_retrieval.backend.graph.colpali defines it
 AUGMENTATION_TOKENS = 10  # ColPaliProcessor's query suffix: its query augmentation token ten times
 
 
