@@ -131,3 +131,14 @@ def test_traced_targets_refuse_colpali_at_start(model_dir):
     vLLM starts."""
     with pytest.raises(EngineStartError, match=r"runs on the host target's untraced steps only .*no NPU route"):
         PoolingEngine(model_dir, device="cpu", dtype="float32", strict_shapes=True)
+
+
+def test_serve_refuses_colpali_in_one_sentence(model_dir):
+    """vLLM's server would stop at start with a traceback on a model with token vectors only."""
+    from test_cli import cli, one_error_line
+
+    line = one_error_line(cli("serve", str(model_dir), "--device", "cpu"))
+    assert line.endswith(
+        "cannot be served by rbln-retrieval serve: vLLM's server cannot start its embedding routes on a model that "
+        "gives token vectors only, and RemoteEngine sends no ColPali pages; run it in-process with PoolingEngine."
+    ), line

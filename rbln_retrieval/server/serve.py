@@ -67,6 +67,8 @@ def _served_model(model: str, options: dict[str, Any]) -> tuple[ModelSource, Eng
     opts = EngineOptions(**options)
     source = opts.resolve_source(model, **source_args)
     family = detect_family(source.path, max_length=opts.max_length, family=opts.family)
+    if family.spec.unserved:
+        raise ValueError(f"{model} cannot be served by rbln-retrieval serve: {family.spec.unserved}.")
     check_remote_code(source.path, family, trust_remote_code=opts.trust_remote_code)
     return source, opts, family
 

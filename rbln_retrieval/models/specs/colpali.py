@@ -86,4 +86,10 @@ SPEC = FamilySpec(
         "its vision tower and its Gemma prefill over the image and prompt are not static graphs yet, so it runs "
         "on no NPU route this release"
     ),
+    # vLLM's server sets up its dense embedding routes for every pooling model and stops at start on a model with
+    # token vectors only; RemoteEngine has no multi-vector image call to send pages through either.
+    unserved=(
+        "vLLM's server cannot start its embedding routes on a model that gives token vectors only, and "
+        "RemoteEngine sends no ColPali pages; run it in-process with PoolingEngine"
+    ),
 )
