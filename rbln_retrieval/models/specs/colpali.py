@@ -82,8 +82,4 @@ SPEC = FamilySpec(
     ),
     images=True,
     bundled_model=BUNDLED_MODEL,
-    untraced_only=(
-        "its vision tower and its Gemma prefill over the image and prompt are not static graphs yet, so it runs "
-        "on no NPU route this release"
-    ),
 )
