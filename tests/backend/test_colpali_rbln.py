@@ -20,7 +20,7 @@ from npu import checked_graphs, start_rbln
 
 MIN_COSINE = 0.99999  # float32 on both sides
 MAXSIM_RTOL = 1e-4
-SHAPES = [[1, 128], [4, 128]]  # a page prompt is its 64 image tokens, <bos>, the visual prompt and "\n"
+SHAPES = [[1, 128], [4, 128]]  # the longest query (a token per character, and its template) is over 64
 QUERIES = ["a photo of a cat", "red", "the quick brown fox jumps over the lazy dog"]
 IMAGE_BUCKETS = ["images 1", "images 8"]
 NPUS = ["RBLN-CR13", "RBLN-CA25"]
