@@ -45,3 +45,24 @@ def start_rbln(
         )
     finally:
         os.environ["RBLN_RETRIEVAL_CACHE_DIR"] = base
+
+
+HOST_SYNC_OPS = ("aten._local_scalar_dense", "aten.item", "aten.nonzero", "aten.masked_select", "aten.unique")
+
+
+def checked_graphs(engine: Any, compiled: list[Any], labels: list[str], name: str) -> list[tuple[str, Any]]:
+    """(label, graph) of each graph the stand-in lowered for ``engine``, after checking that they are ``labels``,
+    each compiled once during warmup, and each what an NPU takes: static, ATen only, no host-synchronising op, no
+    int64 input, 64-aligned inputs, weights as state, its FLOPs counted (printed with ``name``)."""
+    stats = engine.stats()
+    got = [g["bucket"] for g in stats["graphs"]]
+    assert sorted(got) == sorted(labels), "one graph per step shape and image bucket"
+    assert stats["compiles"] == len(compiled) == len(got) and stats["compiles_after_warmup"] == 0
+    assert stats["graph_breaks"] == 0 and all(g["lifted_weights"] == 0 for g in stats["graphs"])
+    for label, graph in zip(got, compiled):
+        print(f"{name} {stats['npu']} {label}: {graph.input_shapes} {graph.flops / 1e6:.2f} MFLOP")
+        assert graph.violations == [] and not graph.cached and graph.flops > 0
+        assert {op.split(".")[0] for op in graph.ops} <= {"aten", "prims"}
+        assert not [op for op in graph.ops if op.startswith(HOST_SYNC_OPS)], label
+        assert "torch.int64" not in graph.input_dtypes and all(s and s[-1] % 64 == 0 for s in graph.input_shapes)
+    return list(zip(got, compiled))

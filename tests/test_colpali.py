@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from multimodal_builders import COLPALI_DIM, COLPALI_IMAGE_TOKENS, build_colpali, reference_colpali, sample_images
 
-from rbln_retrieval import EngineStartError, ModelNotSupportedError, PoolingEngine, detect_family
+from rbln_retrieval import ModelNotSupportedError, PoolingEngine, detect_family
 
 MIN_COSINE = 0.99999  # float32 on both sides
 MAXSIM_RTOL = 1e-4
@@ -124,13 +124,6 @@ def test_colqwen_is_refused_in_one_sentence(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"architectures": ["ColQwen2ForRetrieval"]}))
     with pytest.raises(ModelNotSupportedError, match=r"does not run: .*needs torchvision, which this platform"):
         detect_family(tmp_path)
-
-
-def test_traced_targets_refuse_colpali_at_start(model_dir):
-    """No traced target (the NPU's routes trace as strict_shapes does) runs ColPali yet: the start refuses before
-    vLLM starts."""
-    with pytest.raises(EngineStartError, match=r"runs on the host target's untraced steps only .*no NPU route"):
-        PoolingEngine(model_dir, device="cpu", dtype="float32", strict_shapes=True)
 
 
 def test_serve_refuses_colpali_in_one_sentence(model_dir):

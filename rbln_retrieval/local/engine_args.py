@@ -1,6 +1,6 @@
 """A model family's preset as vLLM engine arguments, shared by the in-process engine and `rbln-retrieval serve`.
 
-Imports: cpu_features, engines (options), errors, models (families); backend (config, rbln_runtime) inside the function
+Imports: cpu_features, engines (options), models (families); backend (config, rbln_runtime) inside the function
 that needs them.
 """
 
@@ -12,7 +12,6 @@ from typing import Any
 
 from rbln_retrieval import cpu_features
 from rbln_retrieval.engines.options import EngineOptions
-from rbln_retrieval.errors import EngineStartError
 from rbln_retrieval.models.families import ModelFamily
 
 # vLLM's CPU worker process binds its compute threads to all cores but one, which it reserves for the engine-core
@@ -83,26 +82,12 @@ def vllm_engine_kwargs(
         sdk=rbln_runtime.sdk_version() if target == "rbln" else "",
         snapshot=snapshot_fingerprint(model_dir, cache_root() / CONTENT_HASHES) if target == "rbln" else "",
     )
-    _check_traced(model_dir, family, bundled["additional_config"][CONFIG_KEY])
     if target == "rbln":
         _check_artifacts(bundled["additional_config"][CONFIG_KEY], model_key or str(model_dir))
     bundled["additional_config"] = {**additional, **bundled["additional_config"]}
     kwargs = _stock_kwargs(model_dir, family, options, dtype, extra)
     kwargs["kv_cache_memory_bytes"] = _kv_cache_bytes(family, bundled["max_num_batched_tokens"])
     return {**kwargs, **bundled}
-
-
-def _check_traced(model_dir: str | Path, family: ModelFamily, settings: dict[str, Any]) -> None:
-    """Refuse, before vLLM starts, a family that no traced target runs yet (the NPU, strict_shapes, a host compile
-    backend), in its spec's words."""
-    from rbln_retrieval.backend.config import BundledConfig
-
-    reason = family.spec.untraced_only
-    if reason and BundledConfig(**{**settings, "buckets": tuple(settings["buckets"])}).traced:
-        raise EngineStartError(
-            f"{model_dir} is a {family.architecture} model, which runs on the host target's untraced steps only "
-            f"(no NPU target, no strict_shapes, no host compile backend): {reason}."
-        )
 
 
 def _check_artifacts(settings: dict[str, Any], model: str) -> None:

@@ -8,9 +8,10 @@ row). It builds attention metadata for the whole bucket, pads token_type_ids wit
 forward plus pooling as one torch.compile'd graph per bucket (on the host, traced only under strict_shapes or a
 chosen compile backend; otherwise the same bucket-shaped function runs eagerly; on an NPU, rbln_runtime's route
 for its family compiles each captured graph). Padding never reaches an output: pooling weights are zero on
-padding columns and only the step's requests are read back. Traced image-text models (CLIP, SigLIP) run their
-vision tower as graphs per image-count bucket where vLLM's runner calls it, and their text tower through the same
-step graphs (``graph.dual_encoder``).
+padding columns and only the step's requests are read back. Traced image models (CLIP, SigLIP, ColPali) run their
+vision tower as graphs per image-count bucket where vLLM's runner calls it (``graph.dual_encoder``); CLIP's and
+SigLIP's text tower runs through the same step graphs, ColPali's Gemma as any text model over the step's embeddings
+(vLLM's runner merges the image tokens' into them on the host).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 
 from rbln_retrieval.backend.config import BundledConfig
+from rbln_retrieval.backend.graph import colpali
 from rbln_retrieval.backend.graph.compile import (
     GraphCost,
     RecordingBackend,
@@ -112,14 +114,16 @@ class BundledModelRunner(CPUModelRunner):
             raise RuntimeError("The bundled runner serves pooling models only; start the engine with runner='pooling'.")
         if self.supports_mm_inputs and self.bundled.traced:
             # vLLM's dual-encoder forward merges text and image vectors by host-synchronising branches: traced
-            # steps run the text tower alone (graph.dual_encoder), the vision tower as graphs of its own.
+            # steps run the text tower alone (graph.dual_encoder), the vision tower as graphs of its own. ColPali's
+            # vision graphs feed vLLM's own merge on the host; its Gemma runs in the step graphs unchanged.
             self.dual = dual_encoder_text(self.model)
-            if self.dual is None:
-                raise RuntimeError("Of multimodal models, traced targets take the image-text CLIP and SigLIP only.")
+            tower = (self.dual.image_features, self.dual.image_size) if self.dual else colpali.vision_tower(self.model)
+            if tower is None:
+                raise RuntimeError("Of multimodal models, traced targets take CLIP, SigLIP and ColPali only.")
             self.model.requires_grad_(False)  # SigLIP's pooling head is torch's MultiheadAttention, trainable
             int32_buffers(self.model)
             aten_vision_attention(self.model)
-            self.vision = VisionGraphs(self.dual.image_features, self.dual.image_size, self.model_config.dtype)
+            self.vision = VisionGraphs(*tower, self.model_config.dtype)
             route_vision_tower(self.model, self.vision)
         self.heads = decompose(self.model.pooler, list(self.get_supported_pooling_tasks()))
         self.methods = sorted({head.method for head in self.heads.values()})

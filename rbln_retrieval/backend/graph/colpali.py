@@ -9,6 +9,9 @@ are transformers' ColPaliForRetrieval's.
   bidirectionally over the whole prompt. Here every Gemma layer's attention is encoder-only (no causal mask, no KV
   cache), which is that attention.
 - Loading: checkpoints saved by transformers 5 name the vision tower's weights without ``vision_model.``.
+- Traced targets: ``vision_tower`` names the image tokens' embeddings (SigLIP's tower, then PaliGemma's projector:
+  vLLM's ``embed_multimodal`` for pixels) for the runner's static vision graphs; vLLM's runner merges them into the
+  step's input embeddings on the host, and the Gemma runs in the step graphs as any text model does.
 - Processing: the image tokens and <bos> go first whatever the tokenizer's add_bos_token says, as ColPaliProcessor
   puts them; PaliGemma's vision tower is SigLIP's, named directly (vLLM's lookup imports torchvision).
 
@@ -59,10 +62,23 @@ class RblnColPaliModel(ColPaliModel):
             nn.init.zeros_(self.custom_text_proj.bias)
             self.pooler.head.projector = self.custom_text_proj
 
+    def image_features(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        """``[n, 3, size, size]`` pixels -> ``[n, image tokens, hidden]``: the embeddings vLLM merges at the image
+        tokens' positions."""
+        return self.multi_modal_projector(self.vision_tower(pixel_values))
+
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         loaded: set[str] = super().load_weights((_vision_name(name), tensor) for name, tensor in weights)
         # A checkpoint without the bias keeps the zero it was built with.
         return loaded | {"custom_text_proj.bias", "pooler.head.projector.bias"}
+
+
+def vision_tower(model: nn.Module) -> tuple[Any, int] | None:
+    """ColPali's vision entry for traced targets (pixels -> image-token embeddings) and its fixed image size; None
+    for any other model."""
+    if not isinstance(model, RblnColPaliModel):
+        return None
+    return model.image_features, int(model.config.vision_config.image_size)
 
 
 def _vision_name(name: str) -> str:

@@ -1,12 +1,13 @@
-"""Image-text models (CLIP, SigLIP) on traced targets: the vision tower as static graphs, one per image-count
-bucket, and the text tower's step without vLLM's host-synchronising branches.
+"""Image models on traced targets: the vision tower as static graphs, one per image-count bucket (CLIP, SigLIP and
+ColPali), and the image-text models' (CLIP, SigLIP) text tower's step without vLLM's host-synchronising branches.
 
 vLLM runs a dual encoder's vision tower eagerly before each step (``embed_multimodal``), then its forward merges text
 and image vectors by branches on the step's values (``_has_text_tokens``, ``is_multimodal.any().item()``, SigLIP's
 sequences found by ``torch.where`` on the host to flip them). Here:
 
 - ``VisionGraphs``: the tower, its pooling and projection (vLLM's ``get_image_features``: the image_embeds of
-  transformers' ``get_image_features``) at the model's fixed image size, one graph per image-count bucket. A step's
+  transformers' ``get_image_features``; for ColPali the SigLIP tower and PaliGemma's projector, the image tokens'
+  input embeddings, ``graph.colpali``) at the model's fixed image size, one graph per image-count bucket. A step's
   images are padded to the next bucket with zero images whose rows are dropped; more than the largest bucket holds
   go through it in turns. Pixels enter flattened (``3 x size x size`` values per image, zero-padded to a multiple
   of 64) and are reshaped in the graph.
@@ -42,7 +43,8 @@ def vision_label(bucket: int) -> str:
 
 @dataclass
 class VisionGraphs:
-    """The vision tower's graphs: ``features`` (pixels ``[n, 3, size, size]`` -> image_embeds) per bucket."""
+    """The vision tower's graphs: ``features`` (pixels ``[n, 3, size, size]`` -> image_embeds, or ColPali's
+    ``[n, image tokens, hidden]``) per bucket."""
 
     features: Callable[[torch.Tensor], torch.Tensor]
     image_size: int
@@ -59,7 +61,7 @@ class VisionGraphs:
         return 3 * self.image_size * self.image_size
 
     def forward(self, pixels: torch.Tensor) -> torch.Tensor:
-        """The graph: ``[bucket, aligned values]`` flattened pixels -> ``[bucket, dim]`` image_embeds."""
+        """The graph: ``[bucket, aligned values]`` flattened pixels -> ``[bucket, ...]`` features."""
         size = self.image_size
         return self.features(pixels[:, : self.values].reshape(pixels.shape[0], 3, size, size))
 

@@ -82,10 +82,6 @@ SPEC = FamilySpec(
     ),
     images=True,
     bundled_model=BUNDLED_MODEL,
-    untraced_only=(
-        "its vision tower and its Gemma prefill over the image and prompt are not static graphs yet, so it runs "
-        "on no NPU route this release"
-    ),
     # vLLM's server sets up its dense embedding routes for every pooling model and stops at start on a model with
     # token vectors only; RemoteEngine has no multi-vector image call to send pages through either.
     unserved=(
