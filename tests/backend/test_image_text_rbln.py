@@ -1,7 +1,7 @@
 """Image-text models (CLIP, SigLIP) on the rbln target against the stand-in compiler: image and text vectors equal
 transformers' own ``get_image_features`` / ``get_text_features``, and the graphs the stand-in received are what an
 NPU takes (static shapes, ATen only, int32 indices, weights as state), the vision tower's among them with its FLOPs.
-Every family on the torch.compile route (RBLN-CR13), CLIP alone on the ahead-of-time route (RBLN-CA25)."""
+Both families on both routes: torch.compile (RBLN-CR13) and ahead of time (RBLN-CA25)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ MIN_COSINE = 0.99999  # float32 on both sides
 SHAPES = [[1, 64], [4, 128]]  # CLIP's 77-token texts need a 128-wide row
 TEXTS = ["a photo of a cat", "the quick brown fox jumps over the lazy dog", "red", "Paris is the capital of France"]
 IMAGE_BUCKETS = ["images 1", "images 8"]
-CASES = [("clip", "RBLN-CR13"), ("siglip", "RBLN-CR13"), ("clip", "RBLN-CA25")]
+CASES = [("clip", "RBLN-CR13"), ("siglip", "RBLN-CR13"), ("clip", "RBLN-CA25"), ("siglip", "RBLN-CA25")]
 BUILDERS = {"clip": build_clip, "siglip": build_siglip}
 
 
