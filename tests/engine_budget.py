@@ -84,7 +84,7 @@ def pytest_configure(config: pytest.Config) -> None:
     budget = config.stash[BUDGET] = EngineBudget(log, stated_limits())
     os.environ["RBLN_TEST_ENGINE_STARTS"] = str(log)
     paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(COUNTER), *paths) if p and p != str(COUNTER))
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(COUNTER), *(p for p in paths if p and p != str(COUNTER))])
 
     start = PoolingEngine._start
 

@@ -40,6 +40,17 @@ def test_second():
 """
 
 
+def test_the_processes_tests_start_count_their_engine_starts():
+    """A process a test starts inherits the counter (its sitecustomize) and the log it writes to."""
+    import os
+    import subprocess
+    import sys
+
+    probe = "import os, sys; print(sys.modules['sitecustomize'].__file__, os.environ['RBLN_TEST_ENGINE_STARTS'])"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    assert Path(out[0]).parent == engine_budget.COUNTER and out[1] == os.environ["RBLN_TEST_ENGINE_STARTS"]
+
+
 def test_the_docs_state_both_limits():
     engines, servers = engine_budget.stated_limits()
     assert 0 < servers < engines
