@@ -86,7 +86,9 @@ def pytest_configure(config: pytest.Config) -> None:
     paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     os.environ["PYTHONPATH"] = os.pathsep.join([str(COUNTER), *(p for p in paths if p and p != str(COUNTER))])
 
-    start = PoolingEngine._start
+    # A pytest-xdist worker starts with the counter the controller put on PYTHONPATH: its own starts are counted
+    # here, in process, and not again in the controller's log.
+    start = getattr(PoolingEngine._start, "__wrapped__", PoolingEngine._start)
 
     async def counted_start(self):
         budget.in_process[_current_file()] += 1
