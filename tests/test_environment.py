@@ -100,5 +100,7 @@ def test_a_bare_import_torch_works_here_and_torch_rbln_still_autoloads_where_reb
     autoloaded = python("import torch", PYTHONPATH=str(STANDIN))
     assert autoloaded.returncode != 0 and "Could not find librbln.so" in autoloaded.stderr, autoloaded.stderr[-2000:]
 
-    chosen = python("import os, torch; print(os.environ['TORCH_DEVICE_BACKEND_AUTOLOAD'])", TORCH_DEVICE_BACKEND_AUTOLOAD="1")
+    chosen = python(
+        "import os, torch; print(os.environ['TORCH_DEVICE_BACKEND_AUTOLOAD'])", TORCH_DEVICE_BACKEND_AUTOLOAD="1"
+    )
     assert chosen.returncode != 0, "the user's own TORCH_DEVICE_BACKEND_AUTOLOAD=1 is kept (and torch-rbln then fails)"

