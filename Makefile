@@ -61,6 +61,7 @@ bench: install
 	$(PY) bench/run.py
 	$(PY) bench/step_flops.py
 	$(PY) bench/seed_side_by_side.py
+	$(PY) bench/first_vector.py
 
 bench-backend: install
 	$(PY) bench/backend.py
