@@ -215,10 +215,14 @@ def serve(
         try:
             with backend.activated(setup.target, cpu_threads_env() if setup.target != "rbln" else None):
                 engine = start_engine(model, setup)
-            try:
-                return uvloop.run(_run_server(engine, setup, limits, sock))
-            finally:
-                engine.close()
+            code = uvloop.run(_run_server(engine, setup, limits, sock))
+            if code == ENGINE_DIED:
+                # The dead engine's client can block the interpreter's teardown (its sockets wait on a process that
+                # is gone), so the process leaves at once with its code; a supervisor restarts it.
+                logging.shutdown()
+                os._exit(code)
+            engine.close()
+            return code
         finally:
             sock.close()
     return 0
