@@ -35,6 +35,8 @@ t0 = float(sys.argv[1]); marks = {}
 def mark(name): marks[name] = time.time() - t0
 import langchain_rbln; mark("import")
 import torch; mark("torch")
+import os; from rbln_retrieval import backend
+os.environ.setdefault("VLLM_PLUGINS", backend.PLUGIN_NAME)  # as the engine scopes it: vllm-rbln's plugin needs rebel
 import vllm; mark("vllm")
 embeddings = langchain_rbln.RBLNEmbeddings(model=sys.argv[2], device="cpu"); mark("engine")
 embeddings.embed_query("What is an NPU?"); mark("first")
