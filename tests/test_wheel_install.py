@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -90,6 +91,7 @@ def wheel_venv(tmp_path_factory, minilm) -> Iterator[WheelVenv]:
         installed = lane.run(*command)
         assert installed.returncode == 0, f"{command}: {installed.stdout[-3000:]}{installed.stderr[-3000:]}"
     yield lane
+    shutil.rmtree(root, ignore_errors=True)  # gigabytes of wheels and a virtualenv; pytest keeps three sessions'
 
 
 def test_the_documented_cpu_install_yields_a_working_engine_from_the_wheels(wheel_venv):
