@@ -7,6 +7,12 @@ No second HTTP API: every replica builds its app with server.app.build_pooling_a
 routes), the API key on every route but the probes, backpressure and the size limit are those of the server, and
 ``RemoteEngine`` clients work against the proxy unchanged. ``server_args`` resolves vLLM's platform before the
 replica's first vLLM import, so an NPU host's vllm-rbln plugin never becomes the replica's platform.
+
+What `rbln-retrieval serve` does around its app is Ray's here: a replica whose engine died fails Ray Serve's health
+check (``check_health``), so Ray replaces it instead of routing requests to it; and the replica's concurrency bound
+is the server's ``max_concurrent_requests`` (Ray's ``max_ongoing_requests``), with requests past it waiting in
+Ray's queue up to the same number per deployment (``max_queued_requests``) and then answered HTTP 429 with the
+server's Retry-After, as `rbln-retrieval serve` answers them.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from typing import Any
 from ray import serve
 
 from rbln_retrieval.ray.resources import announce_placement, engine_resources
-from rbln_retrieval.server.limits import Limits
+from rbln_retrieval.server.limits import RETRY_AFTER_SECONDS, Limits
 
 DEPLOYMENT_NAME = "rbln-retrieval"
 
@@ -43,10 +49,18 @@ class PoolingServer:
         # vLLM's engine processes start inside the block and inherit the backend choice (and the NPU Ray assigned).
         with backend.activated(setup.target, cpu_threads_env() if setup.target != "rbln" else None):
             engine = await self._stack.enter_async_context(build_async_engine_client(setup.args))
+        self._engine = engine
         self._app = await build_pooling_app(engine, setup.args, description=setup.description, limits=limits)
 
     def __serve_build_asgi_app__(self) -> Any:
         return self._app
+
+    async def check_health(self) -> None:
+        """Ray Serve's periodic health check: raises once vLLM's engine core is dead, so Ray replaces this replica
+        (serve_http's watchdog, which ends `rbln-retrieval serve` then, does not run in a replica)."""
+        if self._engine.errored:
+            raise RuntimeError(f"The replica's vLLM engine is dead ({self._engine.dead_error}); Ray replaces it.")
+        await self._engine.check_health()
 
     async def __del__(self) -> None:
         await self._stack.aclose()
@@ -84,6 +98,23 @@ def pooling_app(
         name=DEPLOYMENT_NAME,
         ray_actor_options={**engine_resources(num_cpus), **(ray_actor_options or {})},
         **scaling,
-        **(deployment_options or {}),
+        **{
+            **ray_bounds(limits if isinstance(limits, Limits) else Limits(**(limits or {}))),
+            **(deployment_options or {}),
+        },
     )
     return deployment.bind(str(model), api_key, limits, engine_options)
+
+
+def ray_bounds(limits: Limits) -> dict[str, Any]:
+    """Ray Serve's bounds for a replica under ``limits``: as many requests in flight as `rbln-retrieval serve`
+    admits, as many more waiting in Ray's queue, and past them HTTP 429 with the server's Retry-After (Ray's default
+    is a few requests in flight, an unbounded queue and 503). Unbounded limits leave Ray's defaults."""
+    bound = limits.max_concurrent_requests
+    if bound is None:
+        return {}
+    return {
+        "max_ongoing_requests": bound,
+        "max_queued_requests": bound,
+        "backpressure_config": {"status_code": 429, "retry_after_s": RETRY_AFTER_SECONDS},
+    }
