@@ -5,8 +5,8 @@ counter's own sitecustomize (tests/engine_count), later on the path, is loaded t
 from __future__ import annotations
 
 import importlib.abc
-import importlib.util
 import importlib.machinery
+import importlib.util
 import os
 import sys
 from pathlib import Path
