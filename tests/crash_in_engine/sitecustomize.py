@@ -1,6 +1,6 @@
 """On a process's PYTHONPATH (a Ray actor's runtime_env): the process dies, as the kernel's OOM killer would end it,
 the moment it constructs a PoolingEngine; for tests of actors that die in their constructor. The engine-start
-counter's own sitecustomize (tests/engine_count), later on the path, is loaded too."""
+counter's own sitecustomize (tests/engine_count), later on the path, is loaded first."""
 
 from __future__ import annotations
 
@@ -33,7 +33,6 @@ class _CrashOnEngine(importlib.abc.MetaPathFinder):
         return spec
 
 
-sys.meta_path.insert(0, _CrashOnEngine())
 # The next sitecustomize on the path (the engine-start counter's), which this one shadows.
 here = Path(__file__).resolve().parent
 for entry in sys.path:
@@ -43,3 +42,5 @@ for entry in sys.path:
         if spec is not None and spec.loader is not None:
             spec.loader.exec_module(importlib.util.module_from_spec(spec))
         break
+# After it: its own finder of the engine module, which this one then wraps, goes first otherwise.
+sys.meta_path.insert(0, _CrashOnEngine())
