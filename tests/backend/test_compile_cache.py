@@ -121,3 +121,17 @@ def test_torn_json_in_the_cache_is_a_miss_with_one_warning(tmp_path, caplog):
     assert json.loads(hashes.read_text()), "the table was rebuilt"
     warned = [r.getMessage() for r in caplog.records if "is unreadable" in r.getMessage()]
     assert len(warned) == 1 and warned[0].startswith(f"The compile cache's {hashes} is unreadable (JSONDecodeError: ")
+
+
+def test_the_compile_lock_excludes_other_processes_and_never_waits_on_its_own(tmp_path):
+    key = tmp_path / "root" / "bert-0123456789abcdef"
+    lock = artifacts.compile_lock(key)
+    assert lock is not None and artifacts.compile_lock(key) is None, "held here: not waited on again"
+    probe = "import fcntl, sys; f = open(sys.argv[1], 'ab'); fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)"
+    other = subprocess.run([sys.executable, "-c", probe, f"{key}.lock"], capture_output=True, text=True)
+    assert other.returncode != 0 and "BlockingIOError" in other.stderr, "another process cannot take it"
+    lock.close()
+    assert subprocess.run([sys.executable, "-c", probe, f"{key}.lock"]).returncode == 0, "released"
+    again = artifacts.compile_lock(key)
+    assert again is not None
+    again.close()

@@ -117,17 +117,28 @@ def _why(found: object) -> str:
     return f"{type(found).__name__}: {found}" if isinstance(found, Exception) else f"a JSON {type(found).__name__}"
 
 
-def compile_lock(cache_dir: Path) -> IO[bytes]:
+def compile_lock(cache_dir: Path) -> IO[bytes] | None:
     """Hold the lock of ``cache_dir``'s key until the returned file is closed (or the process ends): the holder
-    alone compiles the key and writes its files. A file beside the directory, which a rebuild may remove."""
+    alone compiles the key and writes its files. A file beside the directory, which a rebuild may remove. None when
+    this process holds it already (an in-process engine whose start failed before its manifest was written): waiting
+    on itself would never end, and its files are written whole anyway."""
     cache_dir.parent.mkdir(parents=True, exist_ok=True)
-    lock = cache_dir.with_name(f"{cache_dir.name}.lock").open("ab")
+    path = cache_dir.with_name(f"{cache_dir.name}.lock")
+    held = _held.get(path)
+    if held is not None and not held.closed:
+        return None
+    lock = path.open("ab")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
     except BaseException:
         lock.close()
         raise
+    _held[path] = lock
     return lock
+
+
+# The compile locks this process holds, by path (flock conflicts between two opens in one process too).
+_held: dict[Path, IO[bytes]] = {}
 
 
 def check_owner(root: Path) -> None:
