@@ -256,11 +256,12 @@ class RemoteModel:
 def check_same_model(descriptions: dict[str, Any]) -> None:
     """Raise ReplicaMismatchError when two replicas' descriptions differ in anything but their limits (the model,
     its family, prompts, dimensions, the fingerprint of its weights, or any version field a server publishes). A
-    description without ``weights`` (a server older than the fingerprint) is compared on the rest."""
+    description without ``weights`` (a server older than the fingerprint, or one that has none) is compared on the
+    rest."""
     (first, expected), *others = descriptions.items()
     for url, other in others:
         a, b = _identity(expected), _identity(other)
-        if WEIGHTS not in a or WEIGHTS not in b:
+        if not a.get(WEIGHTS) or not b.get(WEIGHTS):
             a.pop(WEIGHTS, None), b.pop(WEIGHTS, None)
         if a == b:
             continue
