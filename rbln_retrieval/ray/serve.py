@@ -1,17 +1,17 @@
 """`rbln-retrieval serve` on Ray Serve: each replica runs the app `rbln-retrieval serve` runs, built from the same
 family presets, behind Ray Serve's HTTP proxy.
 
-No second HTTP API: every replica builds its app with server.app.build_pooling_app over an engine client made from
-``rbln_retrieval.server.serve.server_args``, the function `rbln-retrieval serve` builds its app with, so the routes
-(vLLM's /v1/embeddings, /classify, /score, /rerank, /tokenize, ..., and the package's description and quantized
-routes), the API key on every route but the probes, backpressure and the size limit are those of the server, and
-``RemoteEngine`` clients work against the proxy unchanged. ``server_args`` resolves vLLM's platform before the
+No second HTTP API: every replica builds its app with ``rbln_retrieval.server.serve.build_served_app`` over the
+engines ``server_setup`` and ``start_engine`` make, the functions `rbln-retrieval serve` builds its app with, so the
+routes (every dialect's, and the package's description and quantized routes), the models they dispatch to, the API
+key on every route but the probes, backpressure and the size limit are those of the server, and ``RemoteEngine``
+clients work against the proxy unchanged. ``server_args`` resolves vLLM's platform before the
 replica's first vLLM import, so an NPU host's vllm-rbln plugin never becomes the replica's platform.
 """
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import os
 from typing import Any
 
@@ -25,35 +25,37 @@ DEPLOYMENT_NAME = "rbln-retrieval"
 
 @serve.ingress()
 class PoolingServer:
-    """One replica: one vLLM engine (on the replica's RBLN NPU, else the CPU) and vLLM's app over it."""
+    """One replica: the engines of `rbln-retrieval serve` (one per model, on the replica's RBLN NPU, else the CPU)
+    and its app over them."""
 
-    async def __init__(self, model: str, api_key: str | None, limits: Any, options: dict[str, Any]):  # type: ignore[misc]
-        # Ray Serve awaits an async constructor: the replica is ready once vLLM's engine is.
+    async def __init__(self, model: str | list[str], api_key: str | None, limits: Any, options: dict[str, Any]):  # type: ignore[misc]
+        # Ray Serve awaits an async constructor: the replica is ready once its engines are.
         from rbln_retrieval import backend
         from rbln_retrieval.local.engine_args import cpu_threads_env
-        from rbln_retrieval.server.app import build_pooling_app
-        from rbln_retrieval.server.serve import server_setup
+        from rbln_retrieval.server.serve import build_served_app, server_setup, start_engine
 
         announce_placement("serve replica")
         limits = limits if isinstance(limits, Limits) else Limits(**(limits or {}))
-        setup = server_setup(model, limits=limits, api_key=api_key, **options)  # resolves vLLM's platform first
-        from vllm.entrypoints.launchers.api_server.entry import build_async_engine_client
-
-        self._stack = contextlib.AsyncExitStack()
-        # vLLM's engine processes start inside the block and inherit the backend choice (and the NPU Ray assigned).
-        with backend.activated(setup.target, cpu_threads_env() if setup.target != "rbln" else None):
-            engine = await self._stack.enter_async_context(build_async_engine_client(setup.args))
-        self._app = await build_pooling_app(engine, setup.args, description=setup.description, limits=limits)
+        names = [model] if isinstance(model, str) else model
+        # server_setup resolves vLLM's platform first, as `rbln-retrieval serve` does.
+        setups = [server_setup(name, limits=limits, api_key=api_key, **options) for name in names]
+        self._engines: list[Any] = []
+        for name, setup in zip(names, setups, strict=True):
+            # The engine's processes start inside the block and inherit the backend choice (and the NPU Ray assigned).
+            with backend.activated(setup.target, cpu_threads_env() if setup.target != "rbln" else None):
+                self._engines.append(await asyncio.to_thread(start_engine, name, setup))
+        self._app = build_served_app(self._engines, setups, limits)
 
     def __serve_build_asgi_app__(self) -> Any:
         return self._app
 
     async def __del__(self) -> None:
-        await self._stack.aclose()
+        for engine in self._engines:
+            engine.close()
 
 
 def pooling_app(
-    model: str,
+    model: str | list[str],
     *,
     api_key: str | None = None,
     limits: Limits | dict[str, int | None] | None = None,
@@ -64,7 +66,8 @@ def pooling_app(
     deployment_options: dict[str, Any] | None = None,
     **engine_options: Any,
 ) -> serve.Application:
-    """A Ray Serve application serving ``model`` as `rbln-retrieval serve` does; run it with ``serve.run``.
+    """A Ray Serve application serving ``model`` (one, or a list: each request names its own) as `rbln-retrieval
+    serve` does; run it with ``serve.run``.
 
     Each replica asks for one RBLN NPU when the cluster declares them, else ``num_cpus`` CPUs (default 1).
     ``autoscaling_config`` (Ray Serve's, e.g. ``{"min_replicas": 1, "max_replicas": 8}``) replaces the fixed
@@ -86,4 +89,5 @@ def pooling_app(
         **scaling,
         **(deployment_options or {}),
     )
-    return deployment.bind(str(model), api_key, limits, engine_options)
+    models = str(model) if isinstance(model, str | os.PathLike) else [str(name) for name in model]
+    return deployment.bind(models, api_key, limits, engine_options)
