@@ -71,12 +71,17 @@ def _host(framework_object: Any) -> int:
     return int(getattr(engine, "holder_pid", os.getpid()))
 
 
-def _rss_mb(pid: int) -> float:
-    """A process's resident memory with its children's (a holder's or worker's engine processes), in MB."""
+def _rss_mb(pids: set[int]) -> dict[int, float]:
+    """Each process's resident memory in MB, with that of its own child processes (an engine's) not listed
+    themselves: a holder is the child of the worker that started it, and is counted once, as itself."""
     import psutil
 
-    process = psutil.Process(pid)
-    return sum(p.memory_info().rss for p in [process, *process.children(recursive=True)]) / 2**20
+    rss = {}
+    for pid in sorted(pids):
+        process = psutil.Process(pid)
+        family = [process, *(child for child in process.children(recursive=True) if child.pid not in pids)]
+        rss[pid] = sum(member.memory_info().rss for member in family) / 2**20
+    return rss
 
 
 class App:
@@ -131,7 +136,7 @@ def run(args: argparse.Namespace, share: bool, texts: list[str]) -> dict[str, An
         app.ask([{"do": "ingest", "texts": part} for part in share_of])
         ingest = time.perf_counter() - began
         workers = {process.pid for process in app.workers}
-        rss = {pid: _rss_mb(pid) for pid in sorted(workers | hosts)}
+        rss = _rss_mb(workers | hosts)
         (calls,) = app.ask([{"do": "calls", "count": args.calls, "texts": texts[:10]}], app.workers[:1])
     finally:
         app.close()

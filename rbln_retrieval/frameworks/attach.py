@@ -37,7 +37,7 @@ from typing import Any
 from rbln_retrieval.engines.shared import EngineSpec
 from rbln_retrieval.frameworks.holder import CALLABLE, GETATTR, PING
 from rbln_retrieval.frameworks.rendezvous import SHARE_ENV, EngineFiles, lock, locked, share_setting
-from rbln_retrieval.local.device import resolve_device
+from rbln_retrieval.local.device import device_scope, resolve_device
 
 # How long a holder another process started may take to answer (an NPU compile included) before the error names it.
 ATTACH_TIMEOUT_SECONDS = 1800.0
@@ -67,7 +67,7 @@ def attached_engine(model: Any, **options: Any) -> AttachedEngine:
     from rbln_retrieval.local.engine import PoolingEngine
 
     spec = EngineSpec(PoolingEngine, model, options)
-    files = EngineFiles.for_key(spec.key())
+    files = EngineFiles.for_key((*spec.key(), device_scope()))  # the holder runs on the NPUs its starter may use
     lease = lock(files.path("lease"), fcntl.LOCK_SH)  # waits while a holder without clients exits
     try:
         info = _connect_or_start(spec, files)
