@@ -31,6 +31,8 @@ from rbln_retrieval.server.limits import Limits
 from rbln_retrieval.server.media import MediaCheck
 from rbln_retrieval.server.served import Served, ServedModels
 
+# A request whose headers promise a 1,000-byte body.
+SLOW_HEADERS = b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
 TEXTS = ["a cat sat on the mat", "stocks fell sharply today", "the weather is mild"]
 
 
@@ -289,9 +291,7 @@ def test_slow_senders_lose_their_slot_and_a_normal_request_still_succeeds(tiny_e
             slow = []
             for _ in range(2):
                 conn = socket.create_connection(("127.0.0.1", port))
-                conn.sendall(
-                    b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
-                )
+                conn.sendall(SLOW_HEADERS + b"{")
                 slow.append(conn)
             statuses = []
             deadline = time.monotonic() + 120
@@ -329,3 +329,46 @@ def test_the_weights_fingerprint_tells_snapshots_apart(tmp_path, tiny_models):
     encoded = json.dumps(header).encode().ljust(length)
     weights.write_bytes(bytes(data[:8]) + encoded[:length] + bytes(data[8 + length :]))
     assert weights_fingerprint(other) != weights_fingerprint(source)
+
+
+async def test_the_engine_work_is_cancelled_when_the_client_disconnects(tiny_engine):
+    """The client leaves once its embedding has begun: the engine call is cancelled, nothing is answered."""
+    started, cancelled = asyncio.Event(), asyncio.Event()
+
+    class Stalling:  # the served engine's embedding never ends on its own
+        family, model, dimension = tiny_engine.family, "tiny", tiny_engine.dimension
+
+        async def aembed(self, texts, **options):
+            started.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+
+    app = build_app(ServedModels([Served("tiny", Stalling(), {})]), limits=Limits())  # type: ignore[arg-type]
+    messages = [{"type": "http.request", "body": b'{"input": ["a"]}', "more_body": False}]
+
+    async def receive():
+        if messages:
+            return messages.pop(0)
+        await started.wait()
+        return {"type": "http.disconnect"}
+
+    sent: list[dict] = []
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/embeddings",
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"content-type", b"application/json")],
+    }
+    # The bound only keeps a broken route from hanging the suite: the work ends by cancellation, not by time.
+    await asyncio.wait_for(app(scope, receive, send), timeout=60)
+    assert cancelled.is_set()
+    assert [m["status"] for m in sent if m["type"] == "http.response.start"] == [499]

@@ -1,12 +1,12 @@
 """`rbln-retrieval serve` on Ray Serve: each replica runs the app `rbln-retrieval serve` runs, built from the same
 family presets, behind Ray Serve's HTTP proxy.
 
-No second HTTP API: every replica builds its app with ``rbln_retrieval.server.serve.build_served_app`` over the
-engines ``server_setup`` and ``start_engine`` make, the functions `rbln-retrieval serve` builds its app with, so the
-routes (every dialect's, and the package's description and quantized routes), the models they dispatch to, the API
-key on every route but the probes, backpressure and the size limit are those of the server, and ``RemoteEngine``
-clients work against the proxy unchanged. ``server_args`` resolves vLLM's platform before the
-replica's first vLLM import, so an NPU host's vllm-rbln plugin never becomes the replica's platform.
+No second HTTP API: every replica starts its engines and builds its app with the functions `rbln-retrieval serve`
+uses (``rbln_retrieval.server.serve``: server_setup, start_engine, build_served_app), so the route table (the
+OpenAI, TEI, Cohere v2 and Jina dialects and the package's own routes), the models it dispatches to, the API key on
+every route but the probes, backpressure and the size limits are those of the server, and ``RemoteEngine`` clients
+work against the proxy unchanged. ``server_setup`` resolves vLLM's platform before the replica's first vLLM import,
+so an NPU host's vllm-rbln plugin never becomes the replica's platform.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class PoolingServer:
     def __serve_build_asgi_app__(self) -> Any:
         return self._app
 
-    async def __del__(self) -> None:
+    def __del__(self) -> None:
         for engine in self._engines:
             engine.close()
 

@@ -42,11 +42,13 @@ async def embed_texts(
     return await served.engine.aembed(texts, **options)
 
 
-async def scores(served: Served, query: str, documents: list[str], truncate: Truncate = "end") -> list[float]:
-    """The engine's ``ascore``: one score per document, in order."""
+async def scores(
+    served: Served, query: str, documents: list[str], truncate: Truncate = "end", instruction: str | None = None
+) -> list[float]:
+    """The engine's ``ascore``: one score per document, in order (``instruction``: for the models that take one)."""
     if not documents:
         return []
-    return list(await served.engine.ascore(query, documents, truncate=truncate))
+    return list(await served.engine.ascore(query, documents, truncate=truncate, instruction=instruction))
 
 
 def truncation(truncate: bool, *, left: bool = False) -> Truncate:

@@ -6,7 +6,9 @@ the ``openai`` client use.
 little-endian float32, cut to ``dimensions``; ``use_activation`` (or ``normalize``) false gives raw vectors;
 ``truncate_prompt_tokens`` (the model's max length, or -1) truncates over-long texts (``truncation_side`` "left"
 keeps their end), else an over-long text is refused naming it. Token ids are refused in one sentence: the engine
-takes texts. /score and /v1/score give one score per document for ``queries`` (one query) and ``documents``.
+takes texts. /score and /v1/score give one score per document for ``queries`` (one query) and ``documents``, with
+the ``instruction`` of the models that take one (Qwen3-Reranker: RemoteEngine sends its query and documents, the
+engine puts them in the model's template).
 
 Imports: models, server (check, engine_calls, routes, served).
 """
@@ -69,6 +71,7 @@ class ScoreRequest(BaseModel):
     documents: list[str] | str | None = None
     text_1: str | None = None
     text_2: list[str] | str | None = None
+    instruction: str | None = None
     truncate_prompt_tokens: int | None = Field(default=None, ge=-1)
     truncation_side: Literal["left", "right"] | None = None
 
@@ -162,7 +165,7 @@ async def score(context: Context, request: ScoreRequest) -> dict[str, Any]:
         raise Refused("Send `queries` (one query) and `documents` (or `text_1` and `text_2`).")
     documents = [documents] if isinstance(documents, str) else documents
     truncate = vllm_truncation(served, request.truncate_prompt_tokens, request.truncation_side)
-    values = await scores(served, query, documents, truncate)
+    values = await scores(served, query, documents, truncate, request.instruction)
     tokens = sum(await token_counts(served, [query + " " + d for d in documents]))
     return {
         "object": "list",

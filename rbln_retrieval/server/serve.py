@@ -224,7 +224,13 @@ def serve(
             for name, setup in zip(names, setups, strict=True):
                 with backend.activated(setup.target, cpu_threads_env() if setup.target != "rbln" else None):
                     engines.append(_start_named(name, setup, several=len(names) > 1))
-            return uvloop.run(_run_server(engines, setups, limits, sock))
+            code = uvloop.run(_run_server(engines, setups, limits, sock))
+            if code == ENGINE_DIED:
+                # The dead engine's client can block the interpreter's teardown (its sockets wait on a process that
+                # is gone), so the process leaves at once with its code; a supervisor restarts it.
+                logging.shutdown()
+                os._exit(code)
+            return code
         finally:
             for engine in engines:
                 engine.close()
