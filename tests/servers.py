@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from rbln_retrieval.server.routes import route_table
+from rbln_retrieval.server.app import route_table
 
 SERVE = (
     "import json, sys; from rbln_retrieval.server.serve import serve; "

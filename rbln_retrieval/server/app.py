@@ -7,7 +7,8 @@ request meets them: the API key on every route but the probes (auth.py), backpre
 (limits.py), the route's check of its body and media (check.py, media.py), the handler. Beside the table: the
 probes /health (503 once an engine died), /ping, /metrics (Prometheus) and /version, which answer without the key.
 
-Imports: rbln_retrieval (version), server (auth, check, limits, media, routes, served); FastAPI, prometheus_client.
+Imports: server (auth, check, the dialects' route modules, limits, media, routes, served);
+FastAPI, prometheus_client.
 """
 
 from __future__ import annotations
@@ -18,12 +19,24 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 
+from rbln_retrieval.server import cohere_routes, openai_routes, own_routes, rerank_routes, tei_routes
 from rbln_retrieval.server.auth import guard_every_route
 from rbln_retrieval.server.check import Dialect, error_body
 from rbln_retrieval.server.limits import Limits, add_backpressure
 from rbln_retrieval.server.media import MediaCheck
-from rbln_retrieval.server.routes import Route, mount, route_table
+from rbln_retrieval.server.routes import VERSION, Route, mount
 from rbln_retrieval.server.served import ServedModels
+
+
+def route_table() -> tuple[Route, ...]:
+    """Every route the server mounts besides the probes, in docs/serving.md's order."""
+    return (
+        *openai_routes.ROUTES,
+        *tei_routes.ROUTES,
+        *cohere_routes.ROUTES,
+        *rerank_routes.ROUTES,
+        *own_routes.ROUTES,
+    )
 
 
 def build_app(
@@ -38,9 +51,7 @@ def build_app(
     """The server's app for ``models``: the route table, the probes, ``limits``, the API keys (None: open) and the
     media policy (default: no remote fetching); ``request_id_headers`` answers every request's id in
     ``x-request-id``; ``log_requests`` logs each request's id, route and status."""
-    from rbln_retrieval import __version__
-
-    app = FastAPI(title="rbln-retrieval", version=__version__)
+    app = FastAPI(title="rbln-retrieval", version=VERSION)
     routes = route_table()
     mount(app, routes, models, media or MediaCheck(), log_requests=log_requests)
 
@@ -57,7 +68,7 @@ def build_app(
 
     @app.get("/version")
     async def version() -> dict[str, str]:
-        return {"version": __version__}
+        return {"version": VERSION}
 
     @app.get("/metrics")
     async def metrics() -> Response:

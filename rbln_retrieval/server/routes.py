@@ -6,7 +6,8 @@ Each handler is a thin adapter onto the one engine API (``RetrievalEngine``'s ``
 PoolingEngine's ``aembed_images``), so a remote result equals a local one by construction. The handlers live by
 dialect: openai_routes.py (OpenAI, and vLLM's /score that RemoteEngine uses), tei_routes.py (Hugging Face TEI),
 cohere_routes.py (Cohere v2), rerank_routes.py (Jina/vLLM rerank), own_routes.py (this package's description,
-quantized and token-level outputs). The probes (/health, /ping, /metrics, /version) are app.py's.
+quantized and token-level outputs); app.py gathers them into the table and adds the probes (/health, /ping,
+/metrics, /version).
 
 Imports: server (check, media, served); FastAPI and pydantic; the standard library.
 """
@@ -14,6 +15,7 @@ Imports: server (check, media, served); FastAPI and pydantic; the standard libra
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -30,6 +32,8 @@ from rbln_retrieval.server.served import ServedModels
 
 logger = logging.getLogger(__name__)
 
+# The package's version, which /version and TEI's /info answer.
+VERSION = importlib.metadata.version("rbln-retrieval")
 # The status nginx logs for a request its client closed before the answer; no client reads it.
 CLIENT_CLOSED_REQUEST = 499
 
@@ -57,19 +61,6 @@ class Route:
     request: type[BaseModel] | None
     handler: Handler
     onto: str
-
-
-def route_table() -> tuple[Route, ...]:
-    """Every route the server mounts besides the probes, in docs/serving.md's order."""
-    from rbln_retrieval.server import cohere_routes, openai_routes, own_routes, rerank_routes, tei_routes
-
-    return (
-        *openai_routes.ROUTES,
-        *tei_routes.ROUTES,
-        *cohere_routes.ROUTES,
-        *rerank_routes.ROUTES,
-        *own_routes.ROUTES,
-    )
 
 
 def mount(

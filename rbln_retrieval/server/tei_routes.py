@@ -10,7 +10,7 @@ embedder and as /predict for a cross-encoder, as TEI dispatches by its model's t
 ``prompt_name`` ("query" or "document": the model's prompt of that kind; none: the text as given) and
 ``dimensions``. A route the model's type cannot answer is refused 424, as TEI does.
 
-Imports: rbln_retrieval (version), engines (requests), server (check, engine_calls, routes, served); pydantic.
+Imports: engines (requests), server (check, engine_calls, routes, served); pydantic.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rbln_retrieval.engines.requests import Kind
 from rbln_retrieval.server.check import Refused
 from rbln_retrieval.server.engine_calls import embed_texts, float_rows, scores, truncation
-from rbln_retrieval.server.routes import Context, Route
+from rbln_retrieval.server.routes import VERSION, Context, Route
 from rbln_retrieval.server.served import Served
 
 Direction = Literal["right", "left", "Right", "Left"]
@@ -188,8 +188,6 @@ async def decode(context: Context, request: DecodeRequest) -> list[str]:
 
 
 async def info(context: Context, _: None) -> dict[str, Any]:
-    from rbln_retrieval import __version__
-
     served = context.models.pick(None, "any")
     family = served.family
     if family.is_cross_encoder:
@@ -207,7 +205,7 @@ async def info(context: Context, _: None) -> dict[str, Any]:
         "max_batch_tokens": limits.get("max_queued_tokens"),
         "max_client_batch_size": limits.get("max_inputs_per_request"),
         "tokenization_workers": 1,
-        "version": __version__,
+        "version": VERSION,
     }
 
 
