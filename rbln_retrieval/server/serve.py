@@ -51,9 +51,6 @@ WATCHDOG_SECONDS = 1.0
 # vLLM's frontend options this server honours; every other non-default frontend option is refused.
 HONOURED = frozenset(
     {
-        "host",
-        "port",
-        "api_key",
         "ssl_keyfile",
         "ssl_certfile",
         "ssl_ca_certs",
@@ -69,7 +66,20 @@ HONOURED = frozenset(
     }
 )
 # Engine options serve sets itself from its own options and the presets: given another value after `--`, refused.
-OURS = frozenset({"model", "model_tag", "served_model_name", "dtype", "max_model_len", "trust_remote_code", "runner"})
+OURS = frozenset(
+    {
+        "host",
+        "port",
+        "api_key",
+        "model",
+        "model_tag",
+        "served_model_name",
+        "dtype",
+        "max_model_len",
+        "trust_remote_code",
+        "runner",
+    }
+)
 
 
 def describe(
@@ -94,8 +104,6 @@ def _served_model(model: str, options: dict[str, Any]) -> tuple[ModelSource, Eng
     opts = EngineOptions(**options)
     source = opts.resolve_source(model, **source_args)
     family = detect_family(source.path, max_length=opts.max_length, family=opts.family)
-    if family.spec.unserved:
-        raise ValueError(f"{model} cannot be served by rbln-retrieval serve: {family.spec.unserved}.")
     check_remote_code(source.path, family, trust_remote_code=opts.trust_remote_code)
     return source, opts, family
 
