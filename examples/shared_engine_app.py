@@ -2,7 +2,8 @@
 (RBLN_SHARE_ENGINES=0), then every worker attached to one engine per model (RBLN_SHARE_ENGINES=1: the default on
 an RBLN NPU, docs/frameworks.md#one-engine-across-an-apps-processes). It prints, per run, the engines started, the
 memory (RSS) of every process, the time to the first result, the ingest time and the latency of one worker's calls
-made alone (a query embedded, ten passages reranked): what attaching costs a call against an in-process engine.
+made alone (a query embedded, ten passages reranked, and the round trip alone: an engine attribute read): what
+attaching costs a call against an in-process engine.
 
     .venv/bin/python examples/shared_engine_app.py [--model M] [--reranker R] [--workers 4]
 
@@ -59,7 +60,13 @@ def worker(model: str, reranker: str, device: str) -> None:
                 began = time.perf_counter()
                 rerank.compress_documents(documents, QUERY)
                 reranks.append(time.perf_counter() - began)
-            answer = {"embed": embeds, "rerank": reranks}
+            # The round trip alone: an attribute of the engine, read in this process or asked of the holder.
+            engine, trips = embeddings.engine.engine, []
+            for _ in range(command["count"]):
+                began = time.perf_counter()
+                engine.dimension  # noqa: B018 - the read is what is timed
+                trips.append(time.perf_counter() - began)
+            answer = {"embed": embeds, "rerank": reranks, "round_trip": trips}
         print(json.dumps(answer), flush=True)
     embeddings.close()
     rerank.close()
@@ -148,6 +155,7 @@ def run(args: argparse.Namespace, share: bool, texts: list[str]) -> dict[str, An
         "ingest_s": ingest,
         "embed_ms": 1000 * statistics.median(calls["embed"]),
         "rerank_ms": 1000 * statistics.median(calls["rerank"]),
+        "round_trip_ms": 1000 * statistics.median(calls["round_trip"]),
     }
 
 
@@ -169,18 +177,24 @@ def main() -> None:
     texts = [passage.text for passage in passages()[: args.passages]]
     results = {"in-process": run(args, False, texts), "attached": run(args, True, texts)}
     print(f"{args.workers} workers, {len(texts)} passages ingested, {args.calls} calls of each kind timed alone")
-    print(
-        f"{'':12}{'engines':>8}{'RSS MB (sum)':>14}{'to ready s':>12}{'ingest s':>10}{'embed ms':>10}{'rerank ms':>11}"
-    )
+    header = ("engines", "RSS MB (sum)", "to ready s", "ingest s", "embed ms", "rerank ms", "round trip ms")
+    print(f"{'':12}" + "".join(f"{name:>{len(name) + 2}}" for name in header))
     for name, result in results.items():
-        print(
-            f"{name:12}{result['engines']:>8}{sum(result['rss_mb'].values()):>14.0f}{result['ready_s']:>12.1f}"
-            f"{result['ingest_s']:>10.2f}{result['embed_ms']:>10.2f}{result['rerank_ms']:>11.2f}"
+        row = (
+            result["engines"],
+            f"{sum(result['rss_mb'].values()):.0f}",
+            f"{result['ready_s']:.1f}",
+            f"{result['ingest_s']:.2f}",
+            f"{result['embed_ms']:.2f}",
+            f"{result['rerank_ms']:.2f}",
+            f"{result['round_trip_ms']:.3f}",
         )
+        print(f"{name:12}" + "".join(f"{value:>{len(title) + 2}}" for value, title in zip(row, header, strict=True)))
     inproc, attached = results["in-process"], results["attached"]
     memory = sum(attached["rss_mb"].values()) / sum(inproc["rss_mb"].values())
     embed, rerank = attached["embed_ms"] / inproc["embed_ms"], attached["rerank_ms"] / inproc["rerank_ms"]
     print(f"attached / in-process: memory {memory:.2f}, embed call {embed:.2f}, rerank call {rerank:.2f}")
+    print(f"a call's round trip to the holder: {attached['round_trip_ms'] - inproc['round_trip_ms']:.3f} ms more")
     for name, result in results.items():
         per_process = ", ".join(
             f"{pid}{' (holder)' if pid in result['holders'] else ''}: {mb:.0f}" for pid, mb in result["rss_mb"].items()
