@@ -38,6 +38,8 @@ EXPECTED_SECONDS = {
     "tests/test_http_fuzz.py": 150,
     "tests/test_families.py": 120,
     "tests/test_http_clients.py": 120,
+    "tests/test_multi_model_serve.py": 120,
+    "tests/test_shared_engine.py": 100,
     "tests/test_demo.py": 110,
     "tests/test_chunking.py": 80,
     "tests/test_precision.py": 80,

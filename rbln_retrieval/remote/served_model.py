@@ -89,7 +89,7 @@ class RemoteModel:
         for answer in answers:
             if isinstance(answer, BaseException) and not isinstance(answer, RemoteError):
                 raise answer
-        found = {url: a for url, a in zip(urls, answers) if not isinstance(a, BaseException)}
+        found = {url: self._this_model(url, a) for url, a in zip(urls, answers) if not isinstance(a, BaseException)}
         if not found:
             failed = str(answers[0]).rstrip(".")
             raise RemoteError(
@@ -98,6 +98,16 @@ class RemoteModel:
             )
         check_same_model(found)
         return found
+
+    def _this_model(self, url: str, description: Any) -> Any:
+        """This model's description: a server of several models lists theirs under ``models``."""
+        if not isinstance(description, dict) or not isinstance(description.get("models"), list):
+            return description
+        for served in description["models"]:
+            if isinstance(served, dict) and served.get("model") == self._name:
+                return served
+        names = ", ".join(str(d.get("model")) for d in description["models"] if isinstance(d, dict))
+        raise ModelNotFoundError(f"{url} serves {names}, not {self._name}; pass one of them as the model.")
 
     def _server_family(self, descriptions: dict[str, Any]) -> ModelFamily | None:
         """The family the replicas describe (None: servers without the description route), their tightest limits
