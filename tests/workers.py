@@ -27,6 +27,7 @@ SHARED_BY_FILES = ("ray_cluster", "minilm_server", "reranker_server")
 EXPECTED_SECONDS = {
     "tests/backend/test_parity.py": 700,
     "tests/test_remote.py": 450,
+    "tests/test_wheel_install.py": 600,
     "tests/test_user_lane.py": 300,
     "tests/test_ray_data.py": 320,
     "tests/backend/test_rbln_target.py": 200,

@@ -4,7 +4,7 @@ and how a framework object turns them into its claim on a shared engine (rbln_re
 LangChain's and LlamaIndex's classes inherit these fields; each adds its model field (``model`` or
 ``model_name``) and its own per-call fields (batch size, prompts, top_n...).
 
-Imports: frameworks (connect), engines (shared), models (families), text (inputs); pydantic.
+Imports: frameworks (connect, foreign), engines (shared), models (families), text (inputs); pydantic.
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ import urllib.parse
 from collections.abc import Iterator
 from typing import Any, ClassVar, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_serializer, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_serializer, field_validator, model_validator
 
 from rbln_retrieval.engines.shared import EngineHandle
 from rbln_retrieval.frameworks.connect import get_engine
+from rbln_retrieval.frameworks.foreign import refuse_foreign_options
 from rbln_retrieval.models.families import FamilyName
 from rbln_retrieval.text.inputs import Chunk, Truncate
 
@@ -143,6 +144,12 @@ class EngineSettings(EngineHolder, BaseModel):
 
     timeout: float | None = Field(default=None, gt=0)
     """Seconds to wait for the server per request (remote mode only)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_foreign_options(cls, data: Any) -> Any:
+        refuse_foreign_options(cls.__name__, data)
+        return data
 
     @field_validator("truncate")
     @classmethod
