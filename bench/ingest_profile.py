@@ -238,7 +238,7 @@ def cpu_name() -> str:
 def cpu_class() -> str:
     from rbln_retrieval import cpu_features
 
-    return "AVX512_BF16" if cpu_features.native_bf16() else "AVX-512" if cpu_features.avx512() else "AVX2"
+    return cpu_features.cpu_class()
 
 
 def print_profile(label: str, profile: dict[str, Any]) -> None:
