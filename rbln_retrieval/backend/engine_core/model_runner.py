@@ -99,6 +99,7 @@ class BundledModelRunner(CPUModelRunner):
         self._graph_breaks_at_start = 0
         self.cache_reused = False
         self.in_place_blocks = 0
+        self.fused_blocks = 0  # of those, blocks whose GEMM carries their GELU or residual add (AMX, bfloat16)
         self.dual: DualEncoderText | None = None  # traced image-text models: the text tower's step
         self.vision: VisionGraphs | None = None  # and the vision tower's graphs
 
@@ -136,7 +137,8 @@ class BundledModelRunner(CPUModelRunner):
             ratio = rows.attention_ratio(self.model_config.hf_text_config)
             self.costs = rows.Costs(ratio, self.bundled.step_cost_tokens)
         if self.bundled.kernels == "host":
-            self.in_place_blocks = write_in_place(self.model, fuse_epilogues(self.model_config.dtype))
+            fuse = fuse_epilogues(self.model_config.dtype)
+            self.in_place_blocks, self.fused_blocks = write_in_place(self.model, fuse)
         self._graph = self._forward_and_pool
         if self.bundled.traced:
             rbln = self.bundled.target == "rbln"
@@ -339,6 +341,7 @@ class BundledModelRunner(CPUModelRunner):
             "target": self.bundled.target,
             "kernels": self.bundled.kernels,
             "in_place_blocks": self.in_place_blocks,
+            "fused_blocks": self.fused_blocks,
             "buckets": self.bundled.labels,
             "steps": c.steps,
             "steps_per_bucket": dict(sorted(c.steps_per_bucket.items())),

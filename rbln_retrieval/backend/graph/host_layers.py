@@ -106,11 +106,12 @@ def _packed(dense: nn.Module) -> bool:
     return True
 
 
-def write_in_place(model: nn.Module, fused: bool = False) -> int:
+def write_in_place(model: nn.Module, fused: bool = False) -> tuple[int, int]:
     """Rebinds ``model``'s BERT and ModernBERT blocks to the in-place forwards, the BERT blocks to fused GEMM
-    epilogues where ``fused`` (``fuse_epilogues``) and their weights allow; returns how many it rebound. Releases
-    the unpacked weights the model was loaded with (``vllm_compat.unpacked_weights_kept``)."""
-    rebound = 0
+    epilogues where ``fused`` (``fuse_epilogues``) and their weights allow; returns how many blocks it rebound and
+    how many of them it fused. Releases the unpacked weights the model was loaded with
+    (``vllm_compat.unpacked_weights_kept``)."""
+    rebound = fast_blocks = 0
     for module in model.modules():
         if type(module) is BertIntermediate and type(module.intermediate_act_fn) is GELU:
             fast = fused and _packed(module.dense)
@@ -119,12 +120,15 @@ def write_in_place(model: nn.Module, fused: bool = False) -> int:
             fast = fused and _packed(module.dense)
             module.forward = types.MethodType(_fused_output_forward if fast else _output_forward, module)
         elif type(module) is ModernBertLayer:
+            fast = False
             module.forward = types.MethodType(_modernbert_layer_forward, module)
         elif type(module) is ModernBertMLP and type(module.act) is GELUActivation:
+            fast = False
             module.forward = types.MethodType(_modernbert_mlp_forward, module)
         else:
             continue
         rebound += 1
+        fast_blocks += fast
     for module in model.modules():
         module.__dict__.pop("unpacked_weight", None)
-    return rebound
+    return rebound, fast_blocks
