@@ -13,8 +13,8 @@ Hugging Face cache (HF_HOME, HF_HUB_CACHE, HF_HUB_OFFLINE and HF_TOKEN apply; --
 
 Input is one text per line (blank lines are skipped) or JSONL objects with a "text" field: files ending in
 .jsonl/.ndjson are JSONL, and so is stdin when its first non-blank line is a JSON object (`--format` decides
-otherwise). Errors print one line on stderr and exit with status 1. After `--`, serve takes vLLM's own server options
-(`--ssl-certfile`, `--uvicorn-log-level`, `--enable-log-requests`, ...; see `vllm serve --help`).
+otherwise). Errors print one line on stderr and exit with status 1. After `--`, serve takes the vLLM serve options it
+honours (`--ssl-certfile`, `--uvicorn-log-level`, `--enable-log-requests`, engine options, ...; docs/serving.md).
 """
 
 from __future__ import annotations
@@ -136,8 +136,9 @@ def _parser() -> tuple[_Parser, dict[str, _Parser]]:
 
     serve = commands.add_parser(
         "serve",
-        help="vLLM's OpenAI-compatible server (embeddings, score, rerank)",
-        epilog="Options after `--` go to vLLM's server as they are (see `vllm serve --help`), e.g. "
+        help="an HTTP server of the OpenAI, TEI, Cohere and Jina embedding and rerank routes",
+        epilog="Options after `--` are vLLM's serve options this server honours (TLS, uvicorn's log level, request "
+        "logging, media domains, engine options; docs/serving.md), e.g. "
         "`-- --ssl-keyfile key.pem --ssl-certfile cert.pem --uvicorn-log-level warning`.",
     )
     _model_arguments(serve)

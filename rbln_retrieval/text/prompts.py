@@ -55,9 +55,3 @@ def qwen3_reranker_pairs(family: ModelFamily, query: str, documents: list[str], 
     around it never are)."""
     task = instruction if instruction is not None else family.default_instruction
     return [pair_template(family).pair.format(instruction=task, query=query, document=d) for d in documents]
-
-
-def qwen3_reranker_prompts(family: ModelFamily, query: str, documents: list[str], instruction: str | None) -> list[str]:
-    """Qwen3-Reranker's whole prompt per document, as text (for a server that tokenizes it)."""
-    template, pairs = pair_template(family), qwen3_reranker_pairs(family, query, documents, instruction)
-    return [template.prefix + pair + template.suffix for pair in pairs]
