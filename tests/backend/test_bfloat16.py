@@ -53,12 +53,12 @@ def test_bundled_bfloat16_is_within_the_promise_of_float32_and_says_its_dtype(bu
 
 
 def test_amx_fuses_the_bert_blocks_epilogues_in_bfloat16_only(bundled, minilm_engine):
-    """On AMX, MiniLM's 18 BERT blocks (6 layers: the MLP's GELU, its residual add, the attention output's add) run
-    their epilogue inside the GEMM (graph.host_layers), which the bounds above then hold; float32 keeps the eager
-    blocks, and so does every other CPU class."""
+    """On AMX, MiniLM's 24 BERT blocks (6 layers: the MLP's GELU, its residual add, the attention output's add, the
+    qkv projection) run on oneDNN's packed GEMMs, epilogues inside (graph.host_layers), which the bounds above then
+    hold; float32 keeps the eager blocks, and so does every other CPU class."""
     from rbln_retrieval import cpu_features
 
-    assert bundled.stats()["fused_blocks"] == (18 if cpu_features.amx() else 0)
+    assert bundled.stats()["fused_blocks"] == (24 if cpu_features.amx() else 0)
     assert minilm_engine.stats()["fused_blocks"] == 0
 
 

@@ -99,7 +99,7 @@ class BundledModelRunner(CPUModelRunner):
         self._graph_breaks_at_start = 0
         self.cache_reused = False
         self.in_place_blocks = 0
-        self.fused_blocks = 0  # of those, blocks whose GEMM carries their GELU or residual add (AMX, bfloat16)
+        self.fused_blocks = 0  # of those, blocks on oneDNN's packed GEMMs, GELU or residual add fused (AMX, bf16)
         self.dual: DualEncoderText | None = None  # traced image-text models: the text tower's step
         self.vision: VisionGraphs | None = None  # and the vision tower's graphs
 

@@ -8,7 +8,8 @@ unchanged, so results are bit-identical.
 
 On AMX CPUs in bfloat16 (``fuse_epilogues``) the BERT blocks go further: GELU and the residual add run inside the
 GEMM that produces their input, as oneDNN post-ops on the float32 accumulator (what Inductor emits for these
-patterns with frozen weights), each weight packed once for oneDNN. On AMX the GEMMs are fast enough that a separate
+patterns with frozen weights), each weight packed once for oneDNN; the attention's qkv projection runs on oneDNN's
+packed GEMM too. On AMX the GEMMs are fast enough that a separate
 pass over the activation costs about as much as the GEMM did, and each pass is another wait for every thread. The
 fused epilogue rounds to bfloat16 once where the eager one rounds twice (a bf16 ulp at most, per row: a text's
 vector still does not depend on its neighbours' values); float32 and the other CPU classes keep the eager blocks.
@@ -28,7 +29,7 @@ from torch import nn
 from transformers.activations import GELUActivation
 from vllm.model_executor.layers.activation import GELU
 from vllm.model_executor.layers.linear import LinearBase, UnquantizedLinearMethod
-from vllm.model_executor.models.bert import BertIntermediate, BertOutput, BertSelfOutput
+from vllm.model_executor.models.bert import BertIntermediate, BertOutput, BertSelfAttention, BertSelfOutput
 from vllm.model_executor.models.modernbert import ModernBertLayer, ModernBertMLP
 
 from rbln_retrieval import cpu_features
@@ -83,6 +84,15 @@ def _fused_output_forward(
     return self.LayerNorm(hidden_states)
 
 
+def _packed_attention_forward(self: BertSelfAttention, hidden_states: torch.Tensor) -> torch.Tensor:
+    # The qkv projection has no epilogue to fuse, but on AMX oneDNN's packed GEMM does about two thirds of the work
+    # of vLLM's choice for a weight this small (SGL's kernel) at a full step's rows, and the same at a query's.
+    qkv_proj = self.qkv_proj
+    qkv = torch.ops.mkldnn._linear_pointwise(hidden_states, qkv_proj.fused_weight, qkv_proj.fused_bias, "none", [], "")
+    q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+    return self.attn(q, k, v)
+
+
 def fuse_epilogues(dtype: torch.dtype) -> bool:
     """Whether the BERT blocks take oneDNN's fused GEMM epilogues: bfloat16 on AMX CPUs."""
     return dtype == torch.bfloat16 and cpu_features.amx() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
@@ -107,10 +117,10 @@ def _packed(dense: nn.Module) -> bool:
 
 
 def write_in_place(model: nn.Module, fused: bool = False) -> tuple[int, int]:
-    """Rebinds ``model``'s BERT and ModernBERT blocks to the in-place forwards, the BERT blocks to fused GEMM
-    epilogues where ``fused`` (``fuse_epilogues``) and their weights allow; returns how many blocks it rebound and
-    how many of them it fused. Releases the unpacked weights the model was loaded with
-    (``vllm_compat.unpacked_weights_kept``)."""
+    """Rebinds ``model``'s BERT and ModernBERT blocks to the in-place forwards, the BERT blocks to oneDNN's packed
+    GEMMs with fused epilogues where ``fused`` (``fuse_epilogues``) and their weights allow; returns how many blocks
+    it rebound and how many of those run on oneDNN's packed GEMMs. Releases the unpacked weights the model was
+    loaded with (``vllm_compat.unpacked_weights_kept``)."""
     rebound = fast_blocks = 0
     for module in model.modules():
         if type(module) is BertIntermediate and type(module.intermediate_act_fn) is GELU:
@@ -119,6 +129,9 @@ def write_in_place(model: nn.Module, fused: bool = False) -> tuple[int, int]:
         elif type(module) in (BertOutput, BertSelfOutput):
             fast = fused and _packed(module.dense)
             module.forward = types.MethodType(_fused_output_forward if fast else _output_forward, module)
+        elif type(module) is BertSelfAttention and fused and _packed(module.qkv_proj):
+            fast = True
+            module.forward = types.MethodType(_packed_attention_forward, module)
         elif type(module) is ModernBertLayer:
             fast = False
             module.forward = types.MethodType(_modernbert_layer_forward, module)
