@@ -50,6 +50,7 @@ CATEGORIES = (
     (
         "element-wise",
         (
+            "CompiledFxGraph",  # Inductor's generated kernels in a compiled model (its GEMMs are separate calls)
             "gelu",
             "layer_norm",
             "rms_norm",
@@ -229,9 +230,14 @@ def _start_profile(worker: Any) -> None:
     runner.execute_model = timed
     # Instance attributes (the bundled runner's ``_graph``) are put back as they were, methods by deleting the label.
     runner.bench_labelled = {m: runner.__dict__.get(m) for m in RUNNER_STAGES if hasattr(runner, m)}
+    # Module labels only where the model runs eagerly (the bundled runner untraced): hooks added to a compiled model
+    # (vLLM's stock runner, traced buckets) would make dynamo recompile it. There the forward is one "model" stage.
+    bundled = getattr(runner, "bundled", None)
+    eager = bundled is not None and not bundled.traced
     for method in runner.bench_labelled:
-        setattr(runner, method, _labelled(getattr(runner, method), STAGE + RUNNER_STAGES[method]))
-    runner.bench_hooks = _label_modules(runner.model)
+        stage = RUNNER_STAGES[method] if eager or method != "_model_forward" else "model"
+        setattr(runner, method, _labelled(getattr(runner, method), STAGE + stage))
+    runner.bench_hooks = _label_modules(runner.model) if eager else []
     runner.bench_profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
     runner.bench_profiler.__enter__()
 
@@ -250,7 +256,10 @@ def stage_of(event: Any) -> str:
                 return f"gemm: {parent.name[len(MODULE) :]}"
             return label if label != "other" else "other ops"
         if parent.name.startswith(STAGE):
-            return parent.name[len(STAGE) :]
+            stage = parent.name[len(STAGE) :]
+            if stage == "model":  # a compiled model, unlabelled: its ops by category, GEMMs together
+                return "gemm: every module" if label == "gemm" else label if label != "other" else "other ops"
+            return stage
         parent = parent.cpu_parent
     return "runner, outside the stages"
 
