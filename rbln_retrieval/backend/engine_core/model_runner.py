@@ -42,7 +42,7 @@ from rbln_retrieval.backend.graph.compile import (
     strict_errors,
 )
 from rbln_retrieval.backend.graph.dual_encoder import VisionGraphs, pad_width, step_inputs, text_step
-from rbln_retrieval.backend.graph.host_layers import write_in_place
+from rbln_retrieval.backend.graph.host_layers import fuse_epilogues, write_in_place
 from rbln_retrieval.backend.graph.pooling import TaskHead, decompose, pooling_weights
 from rbln_retrieval.backend.npu import artifacts, rbln_runtime
 from rbln_retrieval.backend.step import rows
@@ -55,6 +55,7 @@ from rbln_retrieval.backend.vllm_compat import (
     int32_embedding_indices,
     route_vision_tower,
     static_graph_loading,
+    unpacked_weights_kept,
     whole_head_rotary,
 )
 
@@ -99,6 +100,7 @@ class BundledModelRunner(CPUModelRunner):
         self.cache_reused = False
         self._compile_lock: IO[bytes] | None = None  # held from the first look at the cache to the manifest's write
         self.in_place_blocks = 0
+        self.fused_blocks = 0  # of those, blocks on oneDNN's packed GEMMs, GELU or residual add fused (AMX, bf16)
         self.dual: DualEncoderText | None = None  # traced image-text models: the text tower's step
         self.vision: VisionGraphs | None = None  # and the vision tower's graphs
 
@@ -109,6 +111,9 @@ class BundledModelRunner(CPUModelRunner):
                 super().load_model(load_dummy_weights)
             int32_embedding_indices(self.model)
             whole_head_rotary(self.model)
+        elif self.bundled.kernels == "host" and fuse_epilogues(self.model_config.dtype):
+            with unpacked_weights_kept():
+                super().load_model(load_dummy_weights)
         else:
             super().load_model(load_dummy_weights)
         if not self.is_pooling_model:
@@ -133,7 +138,8 @@ class BundledModelRunner(CPUModelRunner):
             ratio = rows.attention_ratio(self.model_config.hf_text_config)
             self.costs = rows.Costs(ratio, self.bundled.step_cost_tokens)
         if self.bundled.kernels == "host":
-            self.in_place_blocks = write_in_place(self.model)
+            fuse = fuse_epilogues(self.model_config.dtype)
+            self.in_place_blocks, self.fused_blocks = write_in_place(self.model, fuse)
         self._graph = self._forward_and_pool
         if self.bundled.traced:
             rbln = self.bundled.target == "rbln"
@@ -341,6 +347,7 @@ class BundledModelRunner(CPUModelRunner):
             "target": self.bundled.target,
             "kernels": self.bundled.kernels,
             "in_place_blocks": self.in_place_blocks,
+            "fused_blocks": self.fused_blocks,
             "buckets": self.bundled.labels,
             "steps": c.steps,
             "steps_per_bucket": dict(sorted(c.steps_per_bucket.items())),
