@@ -120,6 +120,26 @@ def static_graph_loading() -> Iterator[None]:
         rotary_embedding._ROPE_DICT = ropes
 
 
+@contextmanager
+def unpacked_weights_kept() -> Iterator[None]:
+    """While a model loads, vLLM's CPU dispatch repacks each Linear's weight as usual and leaves an empty parameter
+    behind, but the weight it packed stays reachable as the layer's ``unpacked_weight``: the host layers pack some
+    of them again for a GEMM with a fused epilogue (``graph.host_layers``), which releases every one afterwards."""
+    from vllm.model_executor.layers import utils
+
+    dispatch = utils.dispatch_cpu_unquantized_gemm
+
+    def keep_then_dispatch(layer: Any, remove_weight: bool) -> None:
+        layer.unpacked_weight = layer.weight.data
+        dispatch(layer, remove_weight)
+
+    utils.dispatch_cpu_unquantized_gemm = keep_then_dispatch
+    try:
+        yield
+    finally:
+        utils.dispatch_cpu_unquantized_gemm = dispatch
+
+
 def int32_embedding_indices(model: Any) -> int:
     """Make vLLM's single-rank embeddings look up int32 ids as they come, instead of widening them to int64
     (``input_.long()``): int64 is not native on the NPU, and the static graph's index inputs are int32. Returns
