@@ -74,9 +74,8 @@ def assert_ranking(got: list[tuple[int, float]], want: list[tuple[int, float]]) 
 
 
 # -- OpenAI --------------------------------------------------------------------------------------------------------
-def test_openai_embeddings(minilm_server, minilm_id, minilm_engine, minilm):
+def test_openai_embeddings(minilm_server, minilm_id, minilm_engine):
     from openai import OpenAI
-    from transformers import AutoTokenizer
 
     client = OpenAI(base_url=minilm_server.url + "/v1", api_key=UNUSED_KEY, max_retries=0)
     assert [model.id for model in client.models.list()] == [minilm_id]
@@ -86,7 +85,15 @@ def test_openai_embeddings(minilm_server, minilm_id, minilm_engine, minilm):
     assert response.usage.prompt_tokens > 0
     floats = client.embeddings.create(model=minilm_id, input=TEXTS[0], encoding_format="float")
     assert_vectors([floats.data[0].embedding], minilm_engine.embed(TEXTS[:1]))
-    # Token ids, as OpenAI's tokenizer-side clients send them: the text's own ids give the text's vector.
+
+
+def test_openai_embeddings_of_token_ids(minilm_server, minilm_id, minilm_engine, minilm):
+    """Token ids, as OpenAI's tokenizer-side clients send them (LangChain's OpenAIEmbeddings by default): the
+    text's own ids give the text's vector."""
+    from openai import OpenAI
+    from transformers import AutoTokenizer
+
+    client = OpenAI(base_url=minilm_server.url + "/v1", api_key=UNUSED_KEY, max_retries=0)
     ids = AutoTokenizer.from_pretrained(minilm)(TEXTS[:2])["input_ids"]
     tokens = client.embeddings.create(model=minilm_id, input=ids)
     assert_vectors([item.embedding for item in tokens.data], minilm_engine.embed(TEXTS[:2]))

@@ -308,6 +308,14 @@ def test_a_remote_image_url_is_refused_without_a_connection(route, clip_server, 
     refused_without_a_connection(clip_server, trap, route, trap.url + "/cat.png")
 
 
+def test_the_issues_image_url_request_is_refused_without_a_connection(clip_server, trap):
+    """Issue 55's request exactly (no input type): today's vLLM fetched the URL and answered 200."""
+    body = {"model": served_model(clip_server, HEADERS), "images": [trap.url + "/x.png"]}
+    response = post(clip_server, "/v2/embed", body)
+    assert 400 <= response.status_code < 500 and refusal_sentence(response), response.text[:500]
+    assert_nothing_out(clip_server, trap)
+
+
 @pytest.mark.parametrize("route", MEDIA_ROUTES)
 def test_a_decompression_bomb_is_refused_naming_it(route, clip_server, trap):
     refused_without_a_connection(clip_server, trap, route, data_url(bomb()))

@@ -1,10 +1,12 @@
-"""`rbln-retrieval serve`: vLLM's own OpenAI-compatible server with the bundled backend, the family's presets, the
-model's description route and an API key on every route.
+"""`rbln-retrieval serve`: the package's own HTTP server over a PoolingEngine, speaking the OpenAI, TEI, Cohere v2 and
+Jina dialects and the package's own routes, with an API key on every route.
 
-serve.py (vLLM's serve arguments from the preset table the local engine uses; running the server), auth.py (the
-API key on every route but the probes), quantized.py (quantized embeddings on the wire), limits.py (backpressure:
-429 past the requests and tokens in flight, 413 past what one request may cost), cost.py (that cost, read from the
-body before anything is tokenized), images.py (images in requests: data URLs decoded and checked, URLs not fetched).
+serve.py (the server's setup and run: options after `--`, the engine, uvicorn, the watchdog), app.py (the one app:
+the route table, the probes, the key, backpressure), routes.py (a route and how it is answered), served.py (the table
+of served models), check.py (the check of every body, each dialect's error body), media.py (the one check of
+images), engine_calls.py and the dialects' route modules (openai_routes, tei_routes, cohere_routes, rerank_routes,
+own_routes), auth.py (the API key), limits.py (backpressure: 429, 413, 408), cost.py (a request's cost, read from
+its body before anything is tokenized).
 
 May import: errors, quiet, models, text, engines, local, results, backend
 Engine libraries: vllm
