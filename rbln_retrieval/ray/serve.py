@@ -7,6 +7,12 @@ OpenAI, TEI, Cohere v2 and Jina dialects and the package's own routes), the mode
 every route but the probes, backpressure and the size limits are those of the server, and ``RemoteEngine`` clients
 work against the proxy unchanged. ``server_setup`` resolves vLLM's platform before the replica's first vLLM import,
 so an NPU host's vllm-rbln plugin never becomes the replica's platform.
+
+What `rbln-retrieval serve` does around its app is Ray's here: a replica with a dead engine fails Ray Serve's health
+check (``check_health``), so Ray replaces it instead of routing requests to it; and the replica's concurrency bound
+is the server's ``max_concurrent_requests`` (Ray's ``max_ongoing_requests``), with requests past it waiting in
+Ray's queue up to the same number per deployment (``max_queued_requests``) and then answered HTTP 429 with the
+server's Retry-After, as `rbln-retrieval serve` answers them.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from typing import Any
 from ray import serve
 
 from rbln_retrieval.ray.resources import announce_placement, engine_resources
-from rbln_retrieval.server.limits import Limits
+from rbln_retrieval.server.limits import RETRY_AFTER_SECONDS, Limits
 
 DEPLOYMENT_NAME = "rbln-retrieval"
 
@@ -48,6 +54,12 @@ class PoolingServer:
 
     def __serve_build_asgi_app__(self) -> Any:
         return self._app
+
+    async def check_health(self) -> None:
+        """Ray Serve's periodic health check: raises once one of the replica's engines is dead, so Ray replaces this
+        replica (the watchdog that ends `rbln-retrieval serve` does not run in a replica)."""
+        if any(engine.errored for engine in self._engines):
+            raise RuntimeError("An engine of the replica is dead; Ray replaces the replica.")
 
     def __del__(self) -> None:
         for engine in self._engines:
@@ -87,7 +99,24 @@ def pooling_app(
         name=DEPLOYMENT_NAME,
         ray_actor_options={**engine_resources(num_cpus), **(ray_actor_options or {})},
         **scaling,
-        **(deployment_options or {}),
+        **{
+            **ray_bounds(limits if isinstance(limits, Limits) else Limits(**(limits or {}))),
+            **(deployment_options or {}),
+        },
     )
     models = str(model) if isinstance(model, str | os.PathLike) else [str(name) for name in model]
     return deployment.bind(models, api_key, limits, engine_options)
+
+
+def ray_bounds(limits: Limits) -> dict[str, Any]:
+    """Ray Serve's bounds for a replica under ``limits``: as many requests in flight as `rbln-retrieval serve`
+    admits, as many more waiting in Ray's queue, and past them HTTP 429 with the server's Retry-After (Ray's default
+    is a few requests in flight, an unbounded queue and 503). Unbounded limits leave Ray's defaults."""
+    bound = limits.max_concurrent_requests
+    if bound is None:
+        return {}
+    return {
+        "max_ongoing_requests": bound,
+        "max_queued_requests": bound,
+        "backpressure_config": {"status_code": 429, "retry_after_s": RETRY_AFTER_SECONDS},
+    }
