@@ -5,7 +5,7 @@
         [--precision int8|uint8|binary|ubinary [--ranges R.npy | --calibration C.npy]]
     rbln-retrieval embed MODEL --images IMAGE ... [-o vectors.npy]     (image-text models: CLIP, SigLIP)
     rbln-retrieval rerank MODEL --query TEXT [FILE ...|-] [--top-n N]
-    rbln-retrieval serve MODEL [--host H] [--port P] [--api-key KEY] [--max-concurrent-requests N]
+    rbln-retrieval serve MODEL [MODEL ...] [--host H] [--port P] [--api-key KEY] [--max-concurrent-requests N]
         [--max-queued-tokens N] [--max-payload-bytes N] [-- VLLM_OPTION ...]
 
 MODEL is a local model directory or a Hugging Face id (org/name or org/name@revision) resolved through the
@@ -141,7 +141,7 @@ def _parser() -> tuple[_Parser, dict[str, _Parser]]:
         "logging, media domains, engine options; docs/serving.md), e.g. "
         "`-- --ssl-keyfile key.pem --ssl-certfile cert.pem --uvicorn-log-level warning`.",
     )
-    _model_arguments(serve)
+    _model_arguments(serve, several=True)
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument(
@@ -152,8 +152,13 @@ def _parser() -> tuple[_Parser, dict[str, _Parser]]:
     return parser, commands.choices
 
 
-def _model_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="local model directory, or a Hugging Face id (org/name[@revision])")
+def _model_arguments(parser: argparse.ArgumentParser, *, several: bool = False) -> None:
+    if several:  # serve: each request names its model (`model`), or the only one able to answer its route
+        parser.add_argument(
+            "model", nargs="+", help="local model directories or Hugging Face ids, each served under its own name"
+        )
+    else:
+        parser.add_argument("model", help="local model directory, or a Hugging Face id (org/name[@revision])")
     parser.add_argument("--revision", help="branch, tag or commit of a Hugging Face id (default: main)")
     parser.add_argument("--cache-folder", help="Hugging Face cache to resolve ids in (default: HF_HUB_CACHE)")
     parser.add_argument("--device", choices=("auto", "rbln", "cpu"), default="auto")

@@ -1,7 +1,7 @@
 """The software stack this package is written for, and the touches of vLLM's private module state: the one module
-to change when the RBLN SDK moves (with requirements/*.txt and pyproject's transformers/tokenizers range). The
-backend's subclasses of vLLM's runner, worker and attention backend override private methods too; their docstrings
-name each hook.
+to change when the RBLN SDK moves (with rbln_retrieval/install_cpu.py, requirements/*.txt and pyproject's
+transformers/tokenizers range). The backend's subclasses of vLLM's runner, worker and attention backend override
+private methods too; their docstrings name each hook.
 
 - ``SDK_STACK``: the versions the RBLN SDK release pins (vllm-rbln's ``vllm==0.30.0+cpu``, optimum-rbln's torch,
   transformers and tokenizers); an engine refuses to start on others (``check_stack``).

@@ -6,6 +6,7 @@ Imports: backend (rbln_runtime).
 from __future__ import annotations
 
 import logging
+import os
 from typing import Literal
 
 from rbln_retrieval.backend.npu import rbln_runtime
@@ -34,6 +35,12 @@ def resolve_device(device: str, *, compile_only: bool = False) -> Literal["rbln"
         logger.info("Running on the CPU: %s.", found.reason)
         return "cpu"
     raise ValueError(f"device={device!r} is not one of 'auto', 'rbln', 'cpu'.")
+
+
+def device_scope() -> tuple[str | None, ...]:
+    """The NPUs this process may use, as its environment names them (SDK 0.12's variable and the legacy one Ray
+    sets): processes given different NPUs run different engines."""
+    return tuple(os.environ.get(name) for name in (rbln_runtime.VISIBLE_DEVICES_ENV, rbln_runtime.LEGACY_DEVICES_ENV))
 
 
 def explain_auto() -> tuple[str, str]:

@@ -21,7 +21,7 @@ import logging
 import types
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import torch
@@ -98,6 +98,7 @@ class BundledModelRunner(CPUModelRunner):
         self.compile_backend: RecordingBackend | None = None
         self._graph_breaks_at_start = 0
         self.cache_reused = False
+        self._compile_lock: IO[bytes] | None = None  # held from the first look at the cache to the manifest's write
         self.in_place_blocks = 0
         self.fused_blocks = 0  # of those, blocks on oneDNN's packed GEMMs, GELU or residual add fused (AMX, bf16)
         self.dual: DualEncoderText | None = None  # traced image-text models: the text tower's step
@@ -145,6 +146,8 @@ class BundledModelRunner(CPUModelRunner):
             if rbln:
                 rbln_runtime.contiguous_weights(self.model)
             self.compile_backend, chosen = recording_backend(self.bundled, _process_groups() if rbln else None)
+            # Another process compiling this key finishes first; then its artifacts are loaded here, not rebuilt.
+            self._compile_lock = artifacts.compile_lock(self.bundled.cache_dir())
             # The engine's start already refused a manifest pinned to another NPU, SDK or snapshot.
             self.cache_reused = artifacts.read(self.bundled.cache_dir()) is not None
             if rbln and self.route == "torch.compile":
@@ -332,6 +335,9 @@ class BundledModelRunner(CPUModelRunner):
                 rbln_runtime.save_compile_bundle(cache_dir)
             pins = artifacts.pins_for(self.bundled) if self.bundled.target == "rbln" else None
             artifacts.write(cache_dir, self.bundled.labels, self.compile_backend.graphs, pins)
+            if self._compile_lock is not None:
+                self._compile_lock.close()
+                self._compile_lock = None
 
     def stats(self) -> dict[str, Any]:
         graphs = self.compile_backend.graphs if self.compile_backend is not None else []
