@@ -275,7 +275,12 @@ def cpu_attention_isa(dtype: Any, block_size: int, head_size: int) -> str:
 
 
 def load_avx2_kernels() -> None:
-    """Load vLLM's AVX2 kernel build (which registers its ops) in place of the build the hardware would pick."""
+    """Load vLLM's AVX2 kernel build (which registers its ops) in place of the build the hardware would pick, and
+    hide AMX from vLLM's GEMM dispatch, which asks torch for AMX tiles whatever the capability cap: on an AMX Xeon
+    it would give small bfloat16 weights SGL's AMX kernel, which the AVX2 build does not have."""
+    import torch
+
+    torch.cpu._is_amx_tile_supported = lambda: False
     try:
         import vllm._C_AVX2  # noqa: F401
     except ImportError as exc:
