@@ -4,7 +4,7 @@ rbln_retrieval.engines.requests; how a query scores is decided by rbln_retrieval
 engine), which asks this engine's embedding and pair-scoring steps, and long texts' windows are pooled through
 rbln_retrieval.engines.windows.
 
-Imports: backend (config), engines, local, models, results, text; vLLM inside the calls that build its requests.
+Imports: backend (compile_only), engines, local, models, results, text; vLLM inside the calls that build its requests.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, TypeVar, Unpack
 import numpy as np
 from tqdm.auto import tqdm
 
-from rbln_retrieval.backend.config import compile_only
+from rbln_retrieval import backend
 from rbln_retrieval.engines.loop import EngineLoop
 from rbln_retrieval.engines.options import EngineOptions
 from rbln_retrieval.engines.requests import (
@@ -93,7 +93,7 @@ class PoolingEngine(ImageEmbedding):
         check_remote_code(self.model, self.family, trust_remote_code=self.options.trust_remote_code)
         check_weights(self.model, allow_pickle=self.options.allow_pickle)
         self.options.target(self.options.device)  # refuses runner="stock" on device="rbln" before any work
-        self.device = resolve_device(self.options.device, compile_only=compile_only(self.options.engine_kwargs))
+        self.device = resolve_device(self.options.device, compile_only=backend.compile_only(self.options.engine_kwargs))
         self.target = self.options.target(self.device)
         self.tokenizer = PromptTokenizer(self.model, self.family, trust_remote_code=self.options.trust_remote_code)
         self._loop = EngineLoop()
