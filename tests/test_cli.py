@@ -380,3 +380,12 @@ def test_deprecated_forms_warn_once_and_still_work(args, warning):
     )
     # The old form reached the model: the error names it, as for --model.
     assert lines[1].startswith("rbln-retrieval: error: ") and "/no/such/model" in lines[1]
+
+
+def test_the_serving_docs_name_each_variable_serve_reads():
+    from pathlib import Path
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "serving.md").read_text(encoding="utf-8")
+    table = docs[docs.index("| setting | flag | environment | default |") :].split("\n\n")[0].splitlines()[2:]
+    named = {name for line in table for name in re.findall(r"`([A-Z_]+)`", line.split("|")[3])}
+    assert named == {variable for variables in cli_module.SERVE_ENV.values() for variable in variables}

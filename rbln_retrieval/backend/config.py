@@ -31,10 +31,9 @@ DEFAULT_MAX_TOKENS_PER_STEP = 4096
 DEFAULT_STEP_COST_TOKENS = 64
 Kernels = Literal["host", "static"]
 HostCompileBackend = Literal["none", "eager", "inductor"]
-# Settings that no longer change what runs, accepted with a warning: what replaced each.
+# Settings of 0.1.0 that no longer change what runs, accepted with a warning for one release: what replaced each.
 DEPRECATED = {
     "one_request_per_step": "upstream vllm-rbln's prefill is reproduced by bench/upstream_prefill.py",
-    "host_row_width": "the host attends to every prompt in its own call, so a text's vector never depends on its step",
 }
 
 
