@@ -14,12 +14,10 @@ Hugging Face cache (HF_HOME, HF_HUB_CACHE, HF_HUB_OFFLINE and HF_TOKEN apply; --
 embed defaults to all-MiniLM-L6-v2 and rerank to bge-reranker-base, as the Python classes do; serve takes its model,
 device, dtype, port and API key from the environment when no flag names them (SERVE_ENV below).
 
-Input is one text per line (blank lines are skipped) or JSONL objects with a "text" field: files ending in
-.jsonl/.ndjson are JSONL, and so is stdin when its first non-blank line is a JSON object (`--format` decides
-otherwise). Errors print one line on stderr and exit with status 1. After `--`, serve takes vLLM's own server options
-(`--ssl-certfile`, `--uvicorn-log-level`, `--enable-log-requests`, ...; see `vllm serve --help`).
+Input is read as rbln_retrieval.text.files says (lines or JSONL). Errors print one line on stderr and exit with
+status 1. After `--`, serve takes vLLM's own server options (see `vllm serve --help`).
 
-May import: rbln_retrieval, errors, cpu_features, quiet, engines, models, local, server, backend, doctor
+May import: rbln_retrieval, errors, cpu_features, quiet, engines, models, text, local, server, backend, doctor
 Engine libraries: none
 """
 
@@ -29,9 +27,9 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, NoReturn, TextIO, get_args, get_origin
+from typing import Any, Literal, NoReturn, get_args, get_origin
 
 from pydantic import BaseModel
 
@@ -41,9 +39,9 @@ from rbln_retrieval.errors import RBLNRetrievalError
 from rbln_retrieval.models.source import DEFAULT_EMBEDDING_MODEL, DEFAULT_RERANKER_MODEL
 from rbln_retrieval.quiet import quiet_startup
 from rbln_retrieval.server.limits import add_limit_arguments, limits_from_args
+from rbln_retrieval.text.files import read_texts
 
 PROG = "rbln-retrieval"
-JSONL_SUFFIXES = (".jsonl", ".ndjson")
 # serve's settings from the environment, as TEI's and vLLM's containers take them: a flag wins, then the first
 # variable set (RBLN_MODEL, else TEI's MODEL_ID), then the default.
 SERVE_ENV = {
@@ -57,6 +55,9 @@ SERVE_DEFAULTS = {"model": DEFAULT_EMBEDDING_MODEL, "port": 8000}
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **{"formatter_class": _HelpFormatter, **kwargs})
+
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
@@ -102,22 +103,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> tuple[_Parser, dict[str, _Parser]]:
-    parser = _Parser(prog=PROG, description=__doc__.splitlines()[0], formatter_class=_HelpFormatter)
+    parser = _Parser(prog=PROG, description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = parser.add_subparsers(required=True, metavar="COMMAND", parser_class=_Parser)
 
-    def command(name: str, **kwargs: Any) -> _Parser:
-        parsed: _Parser = commands.add_parser(name, formatter_class=_HelpFormatter, **kwargs)
-        return parsed
-
-    doctor = command("doctor", help="versions, CPU features, RBLN runtime and device, what 'auto' picks")
+    doctor = commands.add_parser("doctor", help="versions, CPU features, RBLN runtime and device, what 'auto' picks")
     doctor.add_argument(
         "--graphs", metavar="MODEL", help="also start MODEL and print what each bucket graph calls (on --device)"
     )
     _option(doctor, "device")
     doctor.set_defaults(run=_doctor)
 
-    embed = command("embed", help="texts to vectors (.npy, or JSONL on stdout)")
+    embed = commands.add_parser("embed", help="texts to vectors (.npy, or JSONL on stdout)")
     _input_arguments(embed)
     _model_arguments(embed, default=DEFAULT_EMBEDDING_MODEL)
     embed.add_argument(
@@ -149,7 +146,7 @@ def _parser() -> tuple[_Parser, dict[str, _Parser]]:
     )
     embed.set_defaults(run=_embed)
 
-    rerank = command("rerank", help="rank texts by relevance to a query")
+    rerank = commands.add_parser("rerank", help="rank texts by relevance to a query")
     rerank.add_argument("--query", required=True, help="the query to rank against")
     _input_arguments(rerank)
     _model_arguments(rerank, default=DEFAULT_RERANKER_MODEL)
@@ -158,7 +155,7 @@ def _parser() -> tuple[_Parser, dict[str, _Parser]]:
     rerank.add_argument("--jsonl", action="store_true", help='print {"index", "score", "text"} objects')
     rerank.set_defaults(run=_rerank)
 
-    compile_ = command("compile", help="compile and cache every bucket graph for an RBLN NPU, on a host without one")
+    compile_ = commands.add_parser("compile", help="compile every bucket graph for an RBLN NPU, on a host without one")
     compile_.add_argument("model", help="local model directory, or a Hugging Face id (org/name[@revision])")
     _option(compile_, "revision", SourceOptions)
     _option(compile_, "cache_folder", SourceOptions)
@@ -173,7 +170,7 @@ def _parser() -> tuple[_Parser, dict[str, _Parser]]:
     _option(compile_, "trust_remote_code")
     compile_.set_defaults(run=_compile)
 
-    serve = command(
+    serve = commands.add_parser(
         "serve",
         help="vLLM's OpenAI-compatible server (embeddings, score, rerank)",
         epilog="Options after `--` go to vLLM's server as they are (see `vllm serve --help`), e.g. "
@@ -299,48 +296,6 @@ def _truncate(args: argparse.Namespace) -> Any:
     return Chunk(overlap=args.chunk_overlap)
 
 
-# -- input -----------------------------------------------------------------------------------------------------
-def read_texts(files: Sequence[str], fmt: str = "auto", stdin: TextIO | None = None) -> list[str]:
-    """Texts from ``files`` ('-' or none: stdin) in order; raises ValueError naming the bad file and line."""
-    texts: list[str] = []
-    for name in files or ["-"]:
-        if name == "-":
-            texts.extend(_parse((stdin or sys.stdin).read().splitlines(), "stdin", fmt))
-        else:
-            path = Path(name)
-            if path.is_dir():
-                raise IsADirectoryError(f"{name} is a directory; pass text or JSONL files.")
-            by_suffix = "jsonl" if path.suffix.lower() in JSONL_SUFFIXES else "lines"
-            fmt_for_file = by_suffix if fmt == "auto" else fmt
-            with path.open(encoding="utf-8") as handle:
-                texts.extend(_parse(handle.read().splitlines(), name, fmt_for_file))
-    return texts
-
-
-def _parse(lines: list[str], name: str, fmt: str) -> Iterator[str]:
-    numbered = [(n, line) for n, line in enumerate(lines, 1) if line.strip()]
-    if fmt == "auto":
-        fmt = "jsonl" if numbered and _is_json_object(numbered[0][1]) else "lines"
-    if fmt == "lines":
-        yield from (line for _, line in numbered)
-        return
-    for n, line in numbered:
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"line {n} of {name} is not valid JSON ({exc.msg}).") from None
-        if not isinstance(row, dict) or not isinstance(row.get("text"), str):
-            raise ValueError(f'line {n} of {name} has no "text" string.')
-        yield row["text"]
-
-
-def _is_json_object(line: str) -> bool:
-    try:
-        return isinstance(json.loads(line), dict)
-    except json.JSONDecodeError:
-        return False
-
-
 # -- commands --------------------------------------------------------------------------------------------------
 def _embed(args: argparse.Namespace) -> int:
     import numpy as np
@@ -440,23 +395,16 @@ def _serve(args: argparse.Namespace) -> int:
 def _serve_setting(args: argparse.Namespace, name: str) -> Any:
     """serve's ``name``: its flag, else the first of its variables (SERVE_ENV) that is set, else the default; a
     variable's value is checked as the flag's would be, and refused in one sentence naming the variable."""
-    given = getattr(args, name)
-    if given is not None:
-        return given
+    declared = EngineOptions.model_fields.get(name)
     variable, value = next(((v, os.environ[v]) for v in SERVE_ENV[name] if os.environ.get(v)), ("", None))
-    if value is None:
-        if name in ("device", "dtype"):
-            return EngineOptions.model_fields[name].default
-        return SERVE_DEFAULTS.get(name)
-    if name in ("device", "dtype"):
-        choices = get_args(EngineOptions.model_fields[name].annotation)
-        if value not in choices:
-            raise ValueError(f"{variable}={value!r} is not one of {', '.join(choices)}.")
-    if name == "port":
-        if not value.isdigit() or not 0 < int(value) < 65536:
-            raise ValueError(f"{variable}={value!r} is not a port number (1-65535).")
-        return int(value)
-    return value
+    if getattr(args, name) is not None or value is None:
+        given = getattr(args, name)
+        return given if given is not None else declared.default if declared else SERVE_DEFAULTS.get(name)
+    if declared and value not in (choices := get_args(declared.annotation)):
+        raise ValueError(f"{variable}={value!r} is not one of {', '.join(choices)}.")
+    if name == "port" and (not value.isdigit() or not 0 < int(value) < 65536):
+        raise ValueError(f"{variable}={value!r} is not a port number (1-65535).")
+    return int(value) if name == "port" else value
 
 
 def _compile(args: argparse.Namespace) -> int:

@@ -53,7 +53,7 @@ from rbln_retrieval.results.quantize import quantizer
 from rbln_retrieval.results.ranking import rank
 from rbln_retrieval.text.chunks import embed_windows
 from rbln_retrieval.text.inputs import Truncate, check_dimensions, check_truncate, chunking, chunks
-from rbln_retrieval.text.prompts import embed_prefix, qwen3_reranker_pairs
+from rbln_retrieval.text.prompts import embed_prefix, template_pairs
 from rbln_retrieval.text.tokens import PromptTokenizer, Tokens
 
 logger = logging.getLogger(__name__)
@@ -323,7 +323,7 @@ class PoolingEngine(ImageEmbedding):
             check_outputs=check_outputs,
             embed=self._embed_any,
             score_pairs=self._score_pairs,
-            score_qwen3_reranker=self._score_qwen3_reranker,
+            score_template=self._score_template,
         )
         return score(scorer, query, documents, request=request, truncate=truncate)
 
@@ -343,14 +343,14 @@ class PoolingEngine(ImageEmbedding):
 
         return await self._classify(documents, tokenize)
 
-    async def _score_qwen3_reranker(
+    async def _score_template(
         self, query: str, documents: Iterable[str], *, family: ModelFamily, instruction: str | None, truncate: Truncate
     ) -> list[float]:
-        """Qwen3-Reranker's P(yes) for each document inside its template."""
+        """A template reranker's P(yes) for each document inside its family's template (Qwen3-Reranker's)."""
 
         async def tokenize(first: int, chunk: list[str]) -> list[Tokens]:
-            pairs = qwen3_reranker_pairs(family, query, chunk, instruction)
-            return await _off_loop(chunk, self.tokenizer.encode_qwen3_reranker, pairs, truncate, first_index=first)
+            pairs = template_pairs(family, query, chunk, instruction)
+            return await _off_loop(chunk, self.tokenizer.encode_template, pairs, truncate, first_index=first)
 
         return await self._classify(documents, tokenize)
 

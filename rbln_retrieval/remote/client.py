@@ -50,7 +50,7 @@ from rbln_retrieval.results.quantize import check_precision, quantization_ranges
 from rbln_retrieval.results.ranking import rank
 from rbln_retrieval.text.chunks import embed_windows
 from rbln_retrieval.text.inputs import Truncate, check_dimensions, check_truncate, chunking, chunks
-from rbln_retrieval.text.prompts import embed_prefix, qwen3_reranker_prompts
+from rbln_retrieval.text.prompts import embed_prefix, template_prompts
 
 __all__ = ["DESCRIBE_PATH", "RemoteAuthError", "RemoteEngine", "RemoteError"]
 
@@ -315,7 +315,7 @@ class RemoteEngine(RemoteImageEmbedding):
             check_outputs=check_remote_outputs,
             embed=self._embed,
             score_pairs=self._score_pairs,
-            score_qwen3_reranker=self._score_qwen3_reranker,
+            score_template=self._score_template,
         )
         return score(scorer, query, documents, request=request, truncate=truncate)
 
@@ -332,15 +332,16 @@ class RemoteEngine(RemoteImageEmbedding):
             reserve=len(json.dumps(query)),  # the query travels in every request: room kept for it
         )
 
-    async def _score_qwen3_reranker(
+    async def _score_template(
         self, query: str, documents: Iterable[str], *, family: ModelFamily, instruction: str | None, truncate: Truncate
     ) -> list[float]:
-        """Qwen3-Reranker's P(yes) from the server's /classify route, its whole prompt sent as text."""
+        """A template reranker's P(yes) (Qwen3-Reranker's) from the server's /classify route, its whole prompt sent
+        as text."""
         cut = self._truncation(family, truncate)
         docs = [d for _, chunk in chunks(documents, "documents") for d in chunk]
         return await self._served_scores(
             "/classify",
-            qwen3_reranker_prompts(family, query, docs, instruction),
+            template_prompts(family, query, docs, instruction),
             body=lambda items: {"input": items, "add_special_tokens": False, **cut},
             read=lambda row: row["probs"][0],
         )

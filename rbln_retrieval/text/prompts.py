@@ -50,14 +50,14 @@ def pair_template(family: ModelFamily) -> PairTemplate:
     return family.spec.pair_template
 
 
-def qwen3_reranker_pairs(family: ModelFamily, query: str, documents: list[str], instruction: str | None) -> list[str]:
-    """The part of Qwen3-Reranker's prompt that truncation may cut, one per document (the fixed prefix and suffix
-    around it never are)."""
+def template_pairs(family: ModelFamily, query: str, documents: list[str], instruction: str | None) -> list[str]:
+    """The part of a template reranker's prompt that truncation may cut, one per document (the fixed prefix and
+    suffix around it never are), with the family's default task when the call names none."""
     task = instruction if instruction is not None else family.default_instruction
-    return [pair_template(family).pair.format(instruction=task, query=query, document=d) for d in documents]
+    return pair_template(family).pairs(query, documents, task or "")
 
 
-def qwen3_reranker_prompts(family: ModelFamily, query: str, documents: list[str], instruction: str | None) -> list[str]:
-    """Qwen3-Reranker's whole prompt per document, as text (for a server that tokenizes it)."""
-    template, pairs = pair_template(family), qwen3_reranker_pairs(family, query, documents, instruction)
-    return [template.prefix + pair + template.suffix for pair in pairs]
+def template_prompts(family: ModelFamily, query: str, documents: list[str], instruction: str | None) -> list[str]:
+    """A template reranker's whole prompt per document, as text (for a server that tokenizes it)."""
+    task = instruction if instruction is not None else family.default_instruction
+    return pair_template(family).prompts(query, documents, task or "")
