@@ -15,7 +15,8 @@ embed defaults to all-MiniLM-L6-v2 and rerank to bge-reranker-base, as the Pytho
 device, dtype, port and API key from the environment when no flag names them (SERVE_ENV below).
 
 Input is read as rbln_retrieval.text.files says (lines or JSONL). Errors print one line on stderr and exit with
-status 1. After `--`, serve takes vLLM's own server options (see `vllm serve --help`).
+status 1. After `--`, serve takes the vLLM serve options it honours (`--ssl-certfile`, `--uvicorn-log-level`, engine
+options, ...; docs/serving.md).
 
 May import: rbln_retrieval, errors, cpu_features, quiet, engines, models, text, local, server, backend, doctor
 Engine libraries: none
@@ -172,8 +173,9 @@ def _parser() -> tuple[_Parser, dict[str, _Parser]]:
 
     serve = commands.add_parser(
         "serve",
-        help="vLLM's OpenAI-compatible server (embeddings, score, rerank)",
-        epilog="Options after `--` go to vLLM's server as they are (see `vllm serve --help`), e.g. "
+        help="an HTTP server of the OpenAI, TEI, Cohere and Jina embedding and rerank routes",
+        epilog="Options after `--` are vLLM's serve options this server honours (TLS, uvicorn's log level, request "
+        "logging, media domains, engine options; docs/serving.md), e.g. "
         "`-- --ssl-keyfile key.pem --ssl-certfile cert.pem --uvicorn-log-level warning`.",
     )
     serve.add_argument(

@@ -41,6 +41,20 @@ def minilm_server(minilm, tmp_path_factory):
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def reranker_server(tiny_models, tmp_path_factory):
+    """`rbln-retrieval serve` of the tiny BERT cross-encoder (float32, no API key) for the HTTP lanes' rerank,
+    score and classification routes (tests/test_http_clients.py, tests/test_http_fuzz.py)."""
+    from servers import Server
+
+    server = Server(tiny_models["bert-cross-encoder"], tmp_path_factory.mktemp("reranker-server") / "reranker.log")
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture(scope="module")
 def ray_cluster():
     """A local Ray cluster with 2 CPUs and 2 declared RBLN NPUs (none exist: engines fall back to the CPU), for

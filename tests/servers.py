@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from rbln_retrieval.engines.protocol import DESCRIBE_PATH, QUANTIZED_EMBED_PATH
+from rbln_retrieval.server.app import route_table
 
 SERVE = (
     "import json, sys; from rbln_retrieval.server.serve import serve; "
@@ -24,23 +24,8 @@ SERVE = (
 )
 
 
-# Every route vLLM's app answers with work or model data, and the package's own: the key guards each of them.
-GUARDED = [
-    ("POST", "/v1/embeddings"),
-    ("POST", "/pooling"),
-    ("POST", "/score"),
-    ("POST", "/v1/score"),
-    ("POST", "/rerank"),
-    ("POST", "/v1/rerank"),
-    ("POST", "/v2/rerank"),
-    ("POST", "/classify"),
-    ("POST", "/tokenize"),
-    ("POST", "/detokenize"),
-    ("POST", "/invocations"),
-    ("GET", "/v1/models"),
-    ("GET", DESCRIBE_PATH),
-    ("POST", QUANTIZED_EMBED_PATH),
-]
+# Every route the server mounts besides the probes (its route table): the key guards each of them.
+GUARDED = [(route.method, route.path) for route in route_table()]
 PROBES = ["/health", "/ping", "/version", "/metrics"]
 
 

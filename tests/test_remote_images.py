@@ -19,14 +19,17 @@ from servers import Server
 from rbln_retrieval import PoolingEngine
 from rbln_retrieval.engines.protocol import DESCRIBE_PATH
 from rbln_retrieval.remote import RemoteAuthError, RemoteEngine
-from rbln_retrieval.server.images import image_refusal
+from rbln_retrieval.server.app import build_app
+from rbln_retrieval.server.check import Refused
+from rbln_retrieval.server.limits import Limits
+from rbln_retrieval.server.media import MediaCheck
+from rbln_retrieval.server.served import Served, ServedModels
 
 pytestmark = pytest.mark.server
 
 API_KEY = "image-key-7c1e04"
 MIN_COSINE = 0.99999  # float32 on both sides
 TEXTS = ["a photo of a cat", "the quick brown fox jumps over the lazy dog", "red"]
-CLIP_FAMILY = {"name": "clip", "image_size": 32}
 
 
 @pytest.fixture(scope="module")
@@ -174,7 +177,8 @@ def _over_the_pixel_limit() -> bytes:
 def test_the_server_refuses_a_bad_image_in_one_sentence_naming_it(url, sentence, server):
     good = _data_url(png_bytes(sample_images(1)[0]))
     answer = _post(server, [good, url])
-    assert answer.status_code == 400, answer.text
+    # An image over the pixel bound is refused as too large, before it is decoded.
+    assert answer.status_code == (413 if "pixels, over the limit" in sentence else 400), answer.text
     message = answer.json()["error"]["message"]
     assert message.startswith(sentence) and "\n" not in message and "Traceback" not in message
 
@@ -209,9 +213,10 @@ def test_a_text_model_refuses_images_in_one_sentence_on_both_sides(clip, server)
         texts_only = r"is a bert model, which embeds texts only; images need CLIP, SigLIP or ColPali\.$"
         with pytest.raises(ValueError, match=texts_only):
             engine.embed_images(sample_images(1))
-    request = {"messages": [[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:"}}]}]]}
-    refused = image_refusal(request, model="minilm", family={"name": "bert"}, allowed_domains=[])
-    assert refused == (
+        text_family = engine._remote.family
+    with pytest.raises(Refused) as refused:
+        MediaCheck().images([("messages[0]", "data:")], family=text_family, model="minilm")
+    assert refused.value.message == (
         "messages[0] holds an image, but minilm is a bert model, which embeds texts only; images need CLIP, SigLIP "
         "or ColPali."
     )
@@ -222,10 +227,14 @@ def test_a_text_model_refuses_images_in_one_sentence_on_both_sides(clip, server)
     [("https://images.example/cat.png", False), ("https://other.example/cat.png", True), ("file:///cat.png", True)],
 )
 def test_only_the_domains_the_server_allows_are_fetched(url, refused):
-    """vLLM's own --allowed-media-domains (after `--`) is the one way to let the server fetch an image."""
-    request = {"input": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]}]}
-    sentence = image_refusal(request, model="clip", family=CLIP_FAMILY, allowed_domains=["images.example"])
-    assert (sentence is not None) == refused
+    """--allowed-media-domains (after `--`) is the one way to let the server fetch an image; the allowed URL's hop
+    passes the check (the fetch itself is not made here: tests/test_http_server.py fetches through a mock)."""
+    check = MediaCheck(["images.example"], resolver=lambda host: ["93.184.216.34"])
+    if refused:
+        with pytest.raises(Refused, match=r"^images\[0\] "):
+            check.image_bytes(url, "images[0]")
+    else:
+        check._check_target(url, "images[0]")
 
 
 def test_the_framework_classes_embed_images_through_the_server(tmp_path, clip, server, local):
@@ -246,29 +255,24 @@ def test_the_framework_classes_embed_images_through_the_server(tmp_path, clip, s
 
 
 @pytest.mark.parametrize(
-    ("request_body", "sentence"),
+    ("part", "sentence"),
     [
         (
-            {"queries": "a cat", "documents": {"content": [{"type": "image_url", "image_url": {"url": "http://a/b"}}]}},
-            "documents[0] is a http URL, which this server does not fetch",
+            b'{"type": "video_url", "video_url": {"url": "http://a/b"}}',
+            "messages[0] holds a video_url part; this route embeds one image per conversation",
         ),
-        (
-            {"messages": [{"role": "user", "content": [{"type": "video_url", "video_url": {"url": "http://a/b"}}]}]},
-            "messages[0] holds a video_url; this server embeds images only",
+        (  # a media key behind a JSON escape is parsed as the key it spells
+            b'{"type": "image\\u005furl", "image\\u005furl": "file:///x"}',
+            "messages[0] is a file URL, which this server does not fetch",
         ),
     ],
-    ids=["score-documents", "video"],
+    ids=["video", "escaped-key"],
 )
-def test_media_anywhere_in_a_request_is_checked(request_body, sentence):
-    refused = image_refusal(request_body, model="clip", family=CLIP_FAMILY, allowed_domains=[])
-    assert refused is not None and refused.startswith(sentence)
+async def test_media_in_a_request_goes_through_the_one_check(local, part, sentence):
+    import httpx
 
-
-async def test_a_media_key_behind_a_json_escape_is_still_checked():
-    from rbln_retrieval.server.images import ImageCheck
-
-    check = ImageCheck(model="clip", family=CLIP_FAMILY, allowed_domains=[])
-    part = b'{"type": "image\\u005furl", "image\\u005furl": "file:///x"}'
-    assert b'_url"' not in part
-    refused = await check(b'{"messages": [[{"role": "user", "content": [' + part + b"]}]]}")
-    assert refused is not None and refused.startswith("messages[0] is a file URL, which this server does not fetch")
+    app = build_app(ServedModels([Served("clip", local, {})]), limits=Limits())
+    body = b'{"messages": [[{"role": "user", "content": [' + part + b"]}]]}"
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        answer = await client.post("/v1/embeddings", content=body)
+    assert answer.status_code == 400 and answer.json()["error"]["message"].startswith(sentence), answer.text

@@ -60,86 +60,6 @@ def test_a_body_vllm_will_refuse_costs_its_bytes(body):
     assert (cost.inputs, cost.longest, cost.tokens) == (0, None, -(-len(body) // 4))
 
 
-# -- the quantized route, on vLLM's FastAPI app without an engine ---------------------------------------------------
-
-
-async def _post_quantized(app, body: bytes, receive=None) -> tuple[int, dict | None]:
-    messages = [{"type": "http.request", "body": body, "more_body": False}]
-
-    async def body_then_disconnect():
-        return messages.pop(0) if messages else {"type": "http.disconnect"}
-
-    sent: list[dict] = []
-
-    async def send(message):
-        sent.append(message)
-
-    scope = {
-        "type": "http",
-        "method": "POST",
-        "path": QUANTIZED_EMBED_PATH,
-        "root_path": "",
-        "query_string": b"",
-        "headers": [(b"content-type", b"application/json")],
-    }
-    await app(scope, receive or body_then_disconnect, send)
-    start = next(m for m in sent if m["type"] == "http.response.start")
-    answer = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
-    return start["status"], json.loads(answer) if answer else None
-
-
-def _quantized_app():
-    from fastapi import FastAPI
-
-    from rbln_retrieval.server.quantized import add_quantized_route
-
-    app = FastAPI()
-    add_quantized_route(app)
-    return app
-
-
-async def test_the_quantized_route_on_a_model_without_embeddings_is_404_in_one_sentence():
-    status, answer = await _post_quantized(_quantized_app(), b'{"input": ["a"], "precision": "binary"}')
-    assert status == 404 and answer["error"]["message"] == (
-        f"The served model has no embeddings (a reranker or classifier), so POST {QUANTIZED_EMBED_PATH} cannot "
-        "answer; score with /score or /rerank."
-    )
-
-
-@pytest.mark.parametrize("body", [b"[1, 2]", b"not json"])
-async def test_the_quantized_route_refuses_a_body_that_is_no_json_object_with_400(body):
-    app = _quantized_app()
-    app.state.serving_embedding = lambda *_: pytest.fail("the engine was asked")
-    status, answer = await _post_quantized(app, body)
-    assert status == 400 and "must be a JSON object" in answer["error"]["message"]
-
-
-async def test_the_quantized_route_cancels_the_engine_work_when_the_client_disconnects():
-    app = _quantized_app()
-    started, cancelled = asyncio.Event(), asyncio.Event()
-
-    async def serving_embedding(request, raw_request):  # the engine's work: it ends only when cancelled
-        started.set()
-        try:
-            await asyncio.Event().wait()
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-
-    app.state.serving_embedding = serving_embedding
-    messages = [{"type": "http.request", "body": b'{"input": ["a"], "precision": "binary"}', "more_body": False}]
-
-    async def receive():
-        if messages:
-            return messages.pop(0)
-        await started.wait()  # the client leaves once the work has begun
-        return {"type": "http.disconnect"}
-
-    # The bound only keeps a broken route from hanging the suite: the work ends by cancellation, not by time.
-    await asyncio.wait_for(_post_quantized(app, b"", receive), timeout=60)
-    assert cancelled.is_set()
-
-
 # -- one real server: a cross-encoder with the default limits -------------------------------------------------------
 
 
@@ -196,7 +116,7 @@ async def test_an_amplified_rerank_is_refused_at_once_and_a_normal_request_besid
 
 
 @pytest.mark.server
-def test_the_quantized_route_on_a_served_reranker_is_404_in_one_sentence(reranker):
+def test_the_quantized_route_on_a_served_reranker_is_refused_in_one_sentence(reranker):
     response = httpx.post(reranker.url + QUANTIZED_EMBED_PATH, json={"input": ["a"], "precision": "binary"})
-    assert response.status_code == 404, response.text
-    assert response.json()["error"]["message"].startswith("The served model has no embeddings")
+    assert response.status_code == 400, response.text
+    assert "it scores query-document pairs and gives no embeddings" in response.json()["error"]["message"]

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 # Files naming one of these fixtures share a worker, in one unit of work.
-SHARED_BY_FILES = ("ray_cluster", "minilm_server")
+SHARED_BY_FILES = ("ray_cluster", "minilm_server", "reranker_server")
 
 # Rough seconds per file on the 2-core machine, from the engine and server starts docs/development.md counts (an
 # engine 10-25 s, a server 30-150 s): only their order matters. Any other file: a second per test.

@@ -173,6 +173,11 @@ class PoolingEngine(ImageEmbedding):
         return dict(stats)
 
     @property
+    def errored(self) -> bool:
+        """Whether vLLM's engine died under this object (its next call starts a new one; a server exits instead)."""
+        return self._vllm is not None and bool(self._vllm.errored)
+
+    @property
     def dimension(self) -> int:
         return self.family.hidden_size
 

@@ -1,12 +1,14 @@
 """What a model directory holds, read without loading the model: its JSON files, the sentence-transformers modules
 (pooling, Dense layers), a ColBERT checkpoint's projection width, and whether its weights are safe to load.
 
-Imports: errors; safetensors inside the checks that read weights.
+Imports: errors; safetensors inside the checks that read weights; the standard library (hashlib).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import struct
 from pathlib import Path
 from typing import Any, Literal
 
@@ -146,3 +148,38 @@ def unreadable_weights(model_dir: str) -> str | None:
         except (SafetensorError, OSError) as exc:
             return f"{path.name} is not a readable safetensors file ({exc})."
     return None
+
+
+# The files whose names, sizes and (for safetensors and the index) headers identify a snapshot's weights.
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+# A safetensors header is at most this long (the format's own bound is 100 MB; real headers are kilobytes).
+MAX_HEADER_BYTES = 100_000_000
+
+
+def weights_fingerprint(model_dir: str | Path) -> str:
+    """A digest identifying the weights of ``model_dir``: every weight file's relative path and size, the weight
+    index, and each safetensors file's header (its tensors' names, dtypes, shapes and offsets), read without the
+    tensors themselves, so replicas serving different snapshots differ while copies of one agree."""
+    root = Path(model_dir)
+    digest = hashlib.sha256()
+    files = sorted(
+        p for p in root.rglob("*") if p.is_file() and (p.suffix in WEIGHT_SUFFIXES or p.name in WEIGHT_INDEXES)
+    )
+    for path in files:
+        digest.update(f"{path.relative_to(root).as_posix()}\0{path.stat().st_size}\0".encode())
+        if path.name in WEIGHT_INDEXES:
+            digest.update(path.read_bytes())
+        elif path.suffix == ".safetensors":
+            digest.update(_safetensors_header(path))
+    return "sha256:" + digest.hexdigest()
+
+
+def _safetensors_header(path: Path) -> bytes:
+    """The JSON header of a safetensors file (empty for a file too short or malformed to have one)."""
+    with path.open("rb") as f:
+        prefix = f.read(8)
+        if len(prefix) < 8:
+            return b""
+        (length,) = struct.unpack("<Q", prefix)
+        return f.read(length) if length <= MAX_HEADER_BYTES else b""

@@ -51,10 +51,6 @@ class PairTemplate:
         """The part of each document's prompt that truncation may cut."""
         return [self.pair.format(instruction=instruction, query=query, document=d) for d in documents]
 
-    def prompts(self, query: str, documents: list[str], instruction: str) -> list[str]:
-        """Each document's whole prompt, as text (for a server that tokenizes it)."""
-        return [self.prefix + pair + self.suffix for pair in self.pairs(query, documents, instruction)]
-
 
 class Checkpoint:
     """What detection reads of one model directory: config.json and the sentence-transformers files."""

@@ -1,17 +1,17 @@
 """`rbln-retrieval serve` on Ray Serve: each replica runs the app `rbln-retrieval serve` runs, built from the same
 family presets, behind Ray Serve's HTTP proxy.
 
-No second HTTP API: every replica builds its app with server.app.build_pooling_app over an engine client made from
-``rbln_retrieval.server.serve.server_args``, the function `rbln-retrieval serve` builds its app with, so the routes
-(vLLM's /v1/embeddings, /classify, /score, /rerank, /tokenize, ..., and the package's description and quantized
-routes), the API key on every route but the probes, backpressure and the size limit are those of the server, and
-``RemoteEngine`` clients work against the proxy unchanged. ``server_args`` resolves vLLM's platform before the
-replica's first vLLM import, so an NPU host's vllm-rbln plugin never becomes the replica's platform.
+No second HTTP API: every replica starts its engine and builds its app with the functions `rbln-retrieval serve`
+uses (``rbln_retrieval.server.serve``: server_setup, start_engine, build_served_app), so the route table (the
+OpenAI, TEI, Cohere v2 and Jina dialects and the package's own routes), the API key on every route but the probes,
+backpressure and the size limits are those of the server, and ``RemoteEngine`` clients work against the proxy
+unchanged. ``server_setup`` resolves vLLM's platform before the replica's first vLLM import, so an NPU host's
+vllm-rbln plugin never becomes the replica's platform.
 """
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import os
 from typing import Any
 
@@ -25,31 +25,27 @@ DEPLOYMENT_NAME = "rbln-retrieval"
 
 @serve.ingress()
 class PoolingServer:
-    """One replica: one vLLM engine (on the replica's RBLN NPU, else the CPU) and vLLM's app over it."""
+    """One replica: one PoolingEngine (on the replica's RBLN NPU, else the CPU) and the server's app over it."""
 
     async def __init__(self, model: str, api_key: str | None, limits: Any, options: dict[str, Any]):  # type: ignore[misc]
-        # Ray Serve awaits an async constructor: the replica is ready once vLLM's engine is.
+        # Ray Serve awaits an async constructor: the replica is ready once its engine is.
         from rbln_retrieval import backend
         from rbln_retrieval.local.engine_args import cpu_threads_env
-        from rbln_retrieval.server.app import build_pooling_app
-        from rbln_retrieval.server.serve import server_setup
+        from rbln_retrieval.server.serve import build_served_app, server_setup, start_engine
 
         announce_placement("serve replica")
         limits = limits if isinstance(limits, Limits) else Limits(**(limits or {}))
         setup = server_setup(model, limits=limits, api_key=api_key, **options)  # resolves vLLM's platform first
-        from vllm.entrypoints.launchers.api_server.entry import build_async_engine_client
-
-        self._stack = contextlib.AsyncExitStack()
         # vLLM's engine processes start inside the block and inherit the backend choice (and the NPU Ray assigned).
         with backend.activated(setup.target, cpu_threads_env() if setup.target != "rbln" else None):
-            engine = await self._stack.enter_async_context(build_async_engine_client(setup.args))
-        self._app = await build_pooling_app(engine, setup.args, description=setup.description, limits=limits)
+            self._engine = await asyncio.to_thread(start_engine, model, setup)
+        self._app = build_served_app(self._engine, setup, limits)
 
     def __serve_build_asgi_app__(self) -> Any:
         return self._app
 
-    async def __del__(self) -> None:
-        await self._stack.aclose()
+    def __del__(self) -> None:
+        self._engine.close()
 
 
 def pooling_app(

@@ -50,7 +50,7 @@ from rbln_retrieval.results.quantize import check_precision, quantization_ranges
 from rbln_retrieval.results.ranking import rank
 from rbln_retrieval.text.chunks import embed_windows
 from rbln_retrieval.text.inputs import Truncate, check_dimensions, check_truncate, chunking, chunks
-from rbln_retrieval.text.prompts import embed_prefix, template_prompts
+from rbln_retrieval.text.prompts import embed_prefix
 
 __all__ = ["DESCRIBE_PATH", "RemoteAuthError", "RemoteEngine", "RemoteError"]
 
@@ -335,15 +335,15 @@ class RemoteEngine(RemoteImageEmbedding):
     async def _score_template(
         self, query: str, documents: Iterable[str], *, family: ModelFamily, instruction: str | None, truncate: Truncate
     ) -> list[float]:
-        """A template reranker's P(yes) (Qwen3-Reranker's) from the server's /classify route, its whole prompt sent
-        as text."""
+        """A template reranker's P(yes) (Qwen3-Reranker's) from the server's /score route, which puts the query, each
+        document and the instruction in the family's template as the local engine does."""
         cut = self._truncation(family, truncate)
-        docs = [d for _, chunk in chunks(documents, "documents") for d in chunk]
         return await self._served_scores(
-            "/classify",
-            template_prompts(family, query, docs, instruction),
-            body=lambda items: {"input": items, "add_special_tokens": False, **cut},
-            read=lambda row: row["probs"][0],
+            "/score",
+            [d for _, chunk in chunks(documents, "documents") for d in chunk],
+            body=lambda items: {"queries": query, "documents": items, "instruction": instruction, **cut},
+            read=lambda row: row["score"],
+            reserve=len(json.dumps(query)) + len(json.dumps(instruction)),
         )
 
     async def _served_scores(

@@ -61,7 +61,7 @@ def request_cost(path: str, body: bytes) -> Cost:
     bytes; vLLM then answers it with its own 400."""
     try:
         request = json.loads(body)
-    except ValueError:  # UnicodeDecodeError is one
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError; a body nested too deep, the check's
         return body_cost(body)
     if not isinstance(request, dict):
         return body_cost(body)

@@ -7,9 +7,10 @@ latency grow without bound until clients time out. This pure ASGI middleware ans
 backs off (RemoteEngine honours Retry-After) and the requests in flight keep their latency. Only POSTs count: the
 probes, /metrics and the description route always answer. A request takes its slot before its body is read, so
 slow uploads hold at most max_concurrent_requests bodies; its cost is read from the body before anything is
-tokenized (cost.py: a scoring request's query counted once per document, as vLLM tokenizes it), so one request
-cannot queue more tokenization than max_queued_tokens. A check of the whole body (images.py: the images of a
-request) then refuses it (HTTP 400) before the app reads it.
+tokenized (cost.py: a scoring request's query counted once per document), so one request cannot queue more
+tokenization than max_queued_tokens. A body's upload has a deadline (upload_seconds): a sender slower than that
+gets 408 and its slot back, so slow senders cannot hold every slot. Refusals are answered in the route's dialect
+(the app's ``error``).
 
 Imports: server (cost); nothing else beyond the standard library (an ASGI app needs no framework; the CLI reads its
 options here).
@@ -18,16 +19,17 @@ options here).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from rbln_retrieval.server.cost import Cost, request_cost
 
 RETRY_AFTER_SECONDS = 1
-# A check of a request's whole body past the limits (images.py's): the sentence refusing it (HTTP 400), or None.
-BodyCheck = Callable[[bytes], Awaitable[str | None]]
+# (path, status, message) -> the body of a refusal in the path's dialect.
+ErrorBody = Callable[[str, int, str], bytes]
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class Limits:
     max_payload_bytes: int | None = 2_000_000
     max_inputs_per_request: int | None = 2048
     max_input_chars: int | None = 262_144
+    upload_seconds: int | None = 30
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -73,16 +76,16 @@ class Limits:
         return None
 
 
-def _error(status: int, message: str, kind: str) -> tuple[int, bytes]:
-    body = {"error": {"message": message, "type": kind, "param": None, "code": status}}
-    return status, json.dumps(body).encode()
+def openai_error(path: str, status: int, message: str) -> bytes:
+    """The OpenAI-shaped refusal, for an app that names no dialects."""
+    return json.dumps({"error": {"message": message, "type": "", "param": None, "code": status}}).encode()
 
 
 class Backpressure:
     """ASGI middleware bounding ``app`` by ``limits``; one instance per server process (one event loop)."""
 
-    def __init__(self, app: Any, limits: Limits, check: BodyCheck | None = None):
-        self.app, self.limits, self.check = app, limits, check
+    def __init__(self, app: Any, limits: Limits, error: ErrorBody = openai_error):
+        self.app, self.limits, self.error = app, limits, error
         self.in_flight = 0
         self.queued_tokens = 0
 
@@ -90,16 +93,17 @@ class Backpressure:
         if scope["type"] != "http" or scope.get("method") != "POST":
             await self.app(scope, receive, send)
             return
-        limits = self.limits
+        limits, path = self.limits, _path(scope)
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if limits.max_payload_bytes is not None and declared is not None and int(declared) > limits.max_payload_bytes:
-            await self._refuse(send, *self._too_large(int(declared)))
+            await self._refuse(send, 413, self.error(path, 413, self._too_large(int(declared))))
             return
         if limits.max_concurrent_requests is not None and self.in_flight >= limits.max_concurrent_requests:
             bound = limits.max_concurrent_requests
-            await self._busy(send, f"{self.in_flight} requests in flight, the max_concurrent_requests of {bound}")
+            await self._busy(send, path, f"{self.in_flight} requests in flight, the max_concurrent_requests of {bound}")
             return
-        # The slot is held while the body is read, so slow uploads hold at most max_concurrent_requests bodies.
+        # The slot is held while the body is read, so slow uploads hold at most max_concurrent_requests bodies, each
+        # for at most upload_seconds.
         self.in_flight += 1
         try:
             await self._admit(scope, receive, send)
@@ -108,33 +112,27 @@ class Backpressure:
 
     async def _admit(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """Read the body (bounded), refuse it past a limit of its cost, else run the app with its tokens queued."""
-        limits = self.limits
-        # Read the body here (bounded) so a chunked upload cannot pass the payload bound either; the app replays it.
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunks.append(message.get("body", b""))
-            size += len(chunks[-1])
-            if limits.max_payload_bytes is not None and size > limits.max_payload_bytes:
-                await self._refuse(send, *self._too_large(size))
-                return
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
-        cost = request_cost(scope.get("path", "").removeprefix(scope.get("root_path", "")), body)
-        if too_costly := limits.refusal(cost):
-            await self._refuse(send, *_error(413, too_costly, "RequestTooLarge"))
+        limits, path = self.limits, _path(scope)
+        try:
+            async with asyncio.timeout(limits.upload_seconds):
+                body = await self._body(receive)
+        except TimeoutError:
+            message = f"The request body did not arrive within the server's upload_seconds of {limits.upload_seconds}."
+            await self._refuse(send, 408, self.error(path, 408, message))
             return
-        if self.check is not None and (refused := await self.check(body)):
-            await self._refuse(send, *_error(400, refused, "BadRequestError"))
+        except _TooLarge as exc:
+            await self._refuse(send, 413, self.error(path, 413, self._too_large(exc.size)))
+            return
+        if body is None:  # the client left
+            return
+        cost = request_cost(path, body)
+        if too_costly := limits.refusal(cost):
+            await self._refuse(send, 413, self.error(path, 413, too_costly))
             return
         tokens = cost.tokens
         if limits.max_queued_tokens is not None and self.queued_tokens + tokens > limits.max_queued_tokens:
-            await self._busy(
-                send, f"{self.queued_tokens} tokens queued, near the max_queued_tokens of {limits.max_queued_tokens}"
-            )
+            bound = limits.max_queued_tokens
+            await self._busy(send, path, f"{self.queued_tokens} tokens queued, near the max_queued_tokens of {bound}")
             return
         self.queued_tokens += tokens
         replayed = False
@@ -152,16 +150,29 @@ class Backpressure:
         finally:
             self.queued_tokens -= tokens
 
-    async def _busy(self, send: Any, busy: str) -> None:
-        message = f"The server is busy ({busy}); retry after {RETRY_AFTER_SECONDS} s."
-        await self._refuse(send, *_error(429, message, "TooManyRequests"), retry_after=True)
+    async def _body(self, receive: Any) -> bytes | None:
+        """The whole body (None: the client disconnected), read here so a chunked upload cannot pass the payload
+        bound either; the app gets it replayed."""
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if self.limits.max_payload_bytes is not None and size > self.limits.max_payload_bytes:
+                raise _TooLarge(size)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
 
-    def _too_large(self, size: int) -> tuple[int, bytes]:
-        return _error(
-            413,
+    async def _busy(self, send: Any, path: str, busy: str) -> None:
+        message = f"The server is busy ({busy}); retry after {RETRY_AFTER_SECONDS} s."
+        await self._refuse(send, 429, self.error(path, 429, message), retry_after=True)
+
+    def _too_large(self, size: int) -> str:
+        return (
             f"The request body is {size} bytes, over the server's max_payload_bytes of "
-            f"{self.limits.max_payload_bytes}; split it into smaller requests.",
-            "RequestTooLarge",
+            f"{self.limits.max_payload_bytes}; split it into smaller requests."
         )
 
     @staticmethod
@@ -173,10 +184,18 @@ class Backpressure:
         await send({"type": "http.response.body", "body": body})
 
 
-def add_backpressure(app: Any, limits: Limits, check: BodyCheck | None = None) -> None:
-    """Put Backpressure in front of vLLM's built ``app`` (its middleware stack already exists, as in auth.py), with
-    ``check`` refusing a whole body (HTTP 400) before the app reads it."""
-    app.middleware_stack = Backpressure(app.middleware_stack or app.build_middleware_stack(), limits, check)
+class _TooLarge(Exception):
+    def __init__(self, size: int):
+        self.size = size
+
+
+def _path(scope: dict[str, Any]) -> str:
+    return str(scope.get("path", "")).removeprefix(scope.get("root_path", ""))
+
+
+def add_backpressure(app: Any, limits: Limits, error: ErrorBody = openai_error) -> None:
+    """Put Backpressure in front of ``app``'s built middleware stack, answering refusals with ``error``."""
+    app.middleware_stack = Backpressure(app.middleware_stack or app.build_middleware_stack(), limits, error)
 
 
 def add_limit_arguments(parser: argparse.ArgumentParser) -> None:
@@ -192,6 +211,7 @@ def add_limit_arguments(parser: argparse.ArgumentParser) -> None:
         ("max_payload_bytes", "a request's body; past it: HTTP 413"),
         ("max_inputs_per_request", "texts, or documents to score, in one request; past it: HTTP 413"),
         ("max_input_chars", "characters of one text, query or document; past it: HTTP 413"),
+        ("upload_seconds", "seconds a request's body may take to arrive; past it: HTTP 408 and the slot freed"),
     ):
         default = getattr(Limits(), name)
         group.add_argument(

@@ -1,62 +1,89 @@
-"""`rbln-retrieval serve`: vLLM's own OpenAI-compatible server with the bundled backend and the family's presets.
+"""`rbln-retrieval serve`: the package's own HTTP server (app.py's route table) over a PoolingEngine with the bundled
+backend and the family's presets.
 
-We write no HTTP server: this builds vLLM's serve arguments from the same preset table the in-process engine uses
-(hf_overrides, pooling, max length, runner settings) and runs vLLM's API server loop over the app app.py builds (the
-same app a Ray Serve replica runs): /v1/embeddings, /classify, /score, /rerank, /health and /metrics (with an API
-key, the key guards every route but the probes: see auth.py). It shuts down cleanly on SIGTERM and exits non-zero
-when the engine died under it. Two routes are added beside vLLM's own: GET DESCRIBE_PATH describes the served model
-(family, prompts and templates, dimensions, max length), so clients that have only the model's name score it exactly
-as local mode does; POST QUANTIZED_EMBED_PATH (quantized.py) sends int8/uint8/binary vectors as their bytes.
-Backpressure (limits.py) bounds the requests in flight, the tokens they queue and a request's size, and the
-description advertises those bounds so clients split their calls under them.
+The server runs one PoolingEngine (vLLM's engine in its own process, so a dead engine is seen, not shared) and
+app.py's app on uvicorn: the routes of the OpenAI, TEI, Cohere v2 and Jina dialects and the package's own (the
+description on DESCRIBE_PATH, quantized vectors, token-level outputs), each mapped onto the engine's API, so a remote
+result equals a local one. It shuts down cleanly on SIGTERM and exits ENGINE_DIED when the engine died under it (a
+watchdog polls the engine), so a supervisor restarts it. Backpressure (limits.py) bounds the requests in flight,
+the tokens they queue, a request's size and its upload time, and the description advertises those bounds.
 
-vLLM's own frontend options (TLS, uvicorn's log level, request logging, tracing, max concurrent sequences, ...) pass
-through as ``vllm_args``, parsed by vLLM's own parser: the options we set from the presets keep our values, and one of
-them given another value there is refused naming it.
+Options after `--` are parsed by vLLM's own serve parser, as they always were: the frontend options this server
+honours (HONOURED: TLS, uvicorn's log level and access log, request-id headers, request logging, the media domains
+it may fetch from, h11's limits) keep their meaning; vLLM's engine options (``--max-num-seqs``, ...) reach the
+engine; any other (vLLM's chat, tool and tracing options, ...) is refused naming it, as is an option we set from the
+presets given another value.
 
-Imports: backend, engines (options, protocol), local (device, engine_args), models, quiet, server (app, limits);
-vLLM and uvloop inside the functions that build and run the server, after backend.pin_platform.
+Imports: backend, engines (options, protocol), local (device, engine, engine_args), models, quiet, server (app,
+limits, media, served); vLLM's argument parser and uvicorn inside the functions that build and run the server.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import dataclasses
 import logging
 import os
 import signal
+import socket
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from rbln_retrieval import backend
 from rbln_retrieval.engines.options import EngineOptions
-from rbln_retrieval.engines.protocol import QUANTIZED_EMBED_PATH
+from rbln_retrieval.engines.protocol import OUTPUTS_PATH, QUANTIZED_EMBED_PATH
 from rbln_retrieval.local.device import resolve_device
-from rbln_retrieval.local.engine_args import cpu_threads_env, vllm_engine_kwargs
+from rbln_retrieval.local.engine_args import cpu_threads_env
 from rbln_retrieval.models.families import ModelFamily, check_remote_code, detect_family
-from rbln_retrieval.models.files import check_weights
+from rbln_retrieval.models.files import check_weights, weights_fingerprint
 from rbln_retrieval.models.source import SOURCE_ARGS, ModelSource
 from rbln_retrieval.quiet import quiet_vllm
-from rbln_retrieval.server.app import build_pooling_app
 from rbln_retrieval.server.limits import Limits
 
 logger = logging.getLogger(__name__)
 
 # serve()'s exit code when the engine died under the server (1 is the CLI's for errors before it starts).
 ENGINE_DIED = 3
-# vLLM options that start other processes or another protocol, where our routes and limits would not be installed.
-UNSUPPORTED_VLLM_OPTIONS = ("api_server_count", "headless", "grpc")
+# How often the watchdog looks at the engine.
+WATCHDOG_SECONDS = 1.0
+# vLLM's frontend options this server honours; every other non-default frontend option is refused.
+HONOURED = frozenset(
+    {
+        "host",
+        "port",
+        "api_key",
+        "ssl_keyfile",
+        "ssl_certfile",
+        "ssl_ca_certs",
+        "ssl_cert_reqs",
+        "ssl_ciphers",
+        "uvicorn_log_level",
+        "disable_uvicorn_access_log",
+        "enable_request_id_headers",
+        "enable_log_requests",
+        "allowed_media_domains",
+        "h11_max_incomplete_event_size",
+        "root_path",
+    }
+)
+# Engine options serve sets itself from its own options and the presets: given another value after `--`, refused.
+OURS = frozenset({"model", "model_tag", "served_model_name", "dtype", "max_model_len", "trust_remote_code", "runner"})
 
 
-def describe(model: str, family: ModelFamily, limits: Limits | None = None) -> dict[str, Any]:
-    """What GET DESCRIBE_PATH answers: every field of the family, which RemoteEngine turns back into it, and the
-    server's limits, under which it splits its calls."""
+def describe(
+    model: str, family: ModelFamily, limits: Limits | None = None, weights: str | None = None
+) -> dict[str, Any]:
+    """What GET DESCRIBE_PATH answers: every field of the family, which RemoteEngine turns back into it, the
+    server's limits, under which it splits its calls, and the served weights' fingerprint (models/files.py)."""
     return {
         "model": model,
         "family": dataclasses.asdict(family),
         "quantized_embeddings": QUANTIZED_EMBED_PATH,
+        "outputs": OUTPUTS_PATH,
         "limits": (limits or Limits()).advertised(),
+        "weights": weights,
     }
 
 
@@ -73,6 +100,18 @@ def _served_model(model: str, options: dict[str, Any]) -> tuple[ModelSource, Eng
     return source, opts, family
 
 
+@dataclasses.dataclass(frozen=True)
+class ServerSetup:
+    """What a server of one model runs: its frontend arguments (vLLM's parsed serve arguments: ``model``,
+    ``served_model_name``, host, port, TLS, ...), the backend target (None: stock), the body of GET DESCRIBE_PATH
+    and the PoolingEngine's options (vLLM engine options after `--` among its ``engine_kwargs``)."""
+
+    args: argparse.Namespace
+    target: str | None
+    description: dict[str, Any]
+    engine_options: dict[str, Any]
+
+
 def server_args(
     model: str,
     *,
@@ -82,26 +121,11 @@ def server_args(
     vllm_args: Sequence[str] = (),
     **options: Any,
 ) -> tuple[argparse.Namespace, str | None]:
-    """vLLM's parsed serve arguments for ``model`` (a directory or a Hugging Face id, resolved as PoolingEngine
-    does) and the bundled-backend target to activate (None: stock). The server publishes the name it was started
-    with: the repo id for a hub model (without ``@revision``, as ``vllm serve`` does), else the directory.
-    ``vllm_args`` are vLLM's own serve options (``--ssl-certfile F``, ``--uvicorn-log-level warning``, ...).
-
-    vLLM's platform in this process is resolved here, under the target's plugin scope, before the first vLLM
-    import (backend.pin_platform): the API server runs on this package's platform even where vllm-rbln's plugin
-    is installed and would win a bare ``import vllm``."""
+    """server_setup's frontend arguments and target for ``model`` (a directory or a Hugging Face id, resolved as
+    PoolingEngine does). The server publishes the name it was started with: the repo id for a hub model (without
+    ``@revision``), else the directory."""
     setup = server_setup(model, host=host, port=port, api_key=api_key, vllm_args=vllm_args, **options)
     return setup.args, setup.target
-
-
-@dataclasses.dataclass(frozen=True)
-class ServerSetup:
-    """What a server of one model runs: vLLM's serve arguments, the backend target (None: stock) and the body of
-    GET DESCRIBE_PATH."""
-
-    args: argparse.Namespace
-    target: str | None
-    description: dict[str, Any]
 
 
 def server_setup(
@@ -114,44 +138,52 @@ def server_setup(
     vllm_args: Sequence[str] = (),
     **options: Any,
 ) -> ServerSetup:
-    """server_args' arguments and target, and the description the server publishes under ``limits``."""
+    """What a server of ``model`` runs under ``limits``; ``vllm_args`` are vLLM's serve options (``--ssl-certfile
+    F``, ``--uvicorn-log-level warning``, ``--max-num-seqs N``, ...). vLLM's platform in this process is resolved
+    here, under the target's plugin scope, before the first vLLM import (backend.pin_platform)."""
     source, opts, family = _served_model(model, options)
     check_weights(source.path, allow_pickle=opts.allow_pickle)
     device = resolve_device(opts.device)
     target = opts.target(device)
     backend.pin_platform(target)  # before anything below imports vLLM
-    kwargs = vllm_engine_kwargs(source.path, family, opts, device=device, model_key=str(source))
     quiet_vllm()
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     parser = make_arg_parser(FlexibleArgumentParser(prog="rbln-retrieval serve MODEL --"))
     parser.error = _refuse_vllm_args  # type: ignore[method-assign]  # a sentence, not argparse's exit
     defaults, args = parser.parse_args([]), parser.parse_args(list(vllm_args))
-    # The key travels in the namespace, never on a command line where `ps` would show it.
-    ours = {
-        **kwargs,
-        "host": host,
-        "port": port,
-        "api_key": [api_key] if api_key else None,
-        "served_model_name": [source.name],
-        "model_tag": None,
-    }
+    engine_fields = {field.name for field in dataclasses.fields(AsyncEngineArgs)}
+    engine_kwargs = dict(opts.engine_kwargs)
     for name, value in vars(args).items():
-        if value == getattr(defaults, name):
+        if value == getattr(defaults, name) or name in HONOURED:
             continue
         flag = "a model after `--`" if name == "model_tag" else "--" + name.replace("_", "-")
-        if name in UNSUPPORTED_VLLM_OPTIONS:
-            raise ValueError(f"{flag} is not supported by rbln-retrieval serve (one API server process, HTTP).")
-        if name in ours and value != ours[name]:
+        if name in OURS or name in engine_kwargs:
             raise ValueError(
                 f"{flag} is set by rbln-retrieval serve itself (from its own options and the model's presets); "
                 "give it there, not among vLLM's options."
             )
-    for name, value in ours.items():
+        if name not in engine_fields:
+            raise ValueError(
+                f"{flag} is an option of vLLM's own server, which rbln-retrieval serve does not run (it serves "
+                "its own route table: docs/serving.md)."
+            )
+        engine_kwargs[name] = value
+    # The key travels in the namespace, never on a command line where `ps` would show it.
+    for name, value in {
+        "host": host,
+        "port": port,
+        "api_key": [api_key] if api_key else None,
+        "served_model_name": [source.name],
+        "model": source.path,
+    }.items():
         setattr(args, name, value)
-    validate_parsed_serve_args(args)
-    return ServerSetup(args, target, describe(source.name, family, limits))
+    # The server's engine runs in its own process: its death is seen (ENGINE_DIED), never shared with the server.
+    engine_options = {"in_process": False, **options, "engine_kwargs": engine_kwargs}
+    description = describe(source.name, family, limits, weights_fingerprint(source.path))
+    return ServerSetup(args, target, description, engine_options)
 
 
 def _refuse_vllm_args(message: str) -> NoReturn:
@@ -169,46 +201,92 @@ def serve(
     **options: Any,
 ) -> int:
     """Run the server in this process until SIGTERM or Ctrl-C; returns the exit code: 0 after a requested stop,
-    ENGINE_DIED when the engine died under it (vLLM's watchdog stopped the server), so that a supervisor restarts
-    it. ``limits`` bound the requests in flight, their queued tokens and a request's size (default: Limits())."""
+    ENGINE_DIED when the engine died under it, so that a supervisor restarts it. ``limits`` bound the requests in
+    flight, their queued tokens, a request's size and its upload time (default: Limits())."""
     api_key = api_key or os.environ.get("RBLN_API_KEY")
     limits = limits if isinstance(limits, Limits) else Limits(**(limits or {}))
     setup = server_setup(model, limits=limits, host=host, port=port, api_key=api_key, vllm_args=vllm_args, **options)
     import uvloop
 
-    with backend.activated(setup.target, cpu_threads_env() if setup.target != "rbln" else None):
-        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is the way to stop a foreground server
-            return uvloop.run(_run_server(setup.args, setup.description, limits))
+    # A SIGTERM while the engine starts interrupts the start; once uvicorn runs, it stops the server cleanly.
+    signal.signal(signal.SIGTERM, _interrupt_start)
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is the way to stop a foreground server
+        sock = _bind(setup.args.host, setup.args.port)
+        try:
+            with backend.activated(setup.target, cpu_threads_env() if setup.target != "rbln" else None):
+                engine = start_engine(model, setup)
+            code = uvloop.run(_run_server(engine, setup, limits, sock))
+            if code == ENGINE_DIED:
+                # The dead engine's client can block the interpreter's teardown (its sockets wait on a process that
+                # is gone), so the process leaves at once with its code; a supervisor restarts it.
+                logging.shutdown()
+                os._exit(code)
+            engine.close()
+            return code
+        finally:
+            sock.close()
     return 0
 
 
-async def _run_server(args: argparse.Namespace, description: dict[str, Any], limits: Limits) -> int:
-    """vLLM's single-process API server loop (its entry.run_server) over the app both servers build."""
-    from vllm.entrypoints.launchers.api_server.entry import build_async_engine_client
-    from vllm.entrypoints.launchers.launcher import serve_http, setup_server
+def start_engine(model: str, setup: ServerSetup) -> Any:
+    """The PoolingEngine a server of ``setup`` runs."""
+    from rbln_retrieval.local.engine import PoolingEngine
 
-    # A SIGTERM before uvicorn installs its handlers interrupts the start, as in vLLM's own server.
-    signal.signal(signal.SIGTERM, _interrupt_start)
-    _, sock = setup_server(args, reuse_port=False)
+    return PoolingEngine(model, **setup.engine_options)
+
+
+def build_served_app(engine: Any, setup: ServerSetup, limits: Limits) -> Any:
+    """app.py's app over ``engine`` as ``setup`` serves it (the same for `serve` and a Ray Serve replica)."""
+    from rbln_retrieval.server.app import build_app
+    from rbln_retrieval.server.media import MediaCheck
+    from rbln_retrieval.server.served import Served, ServedModels
+
+    args = setup.args
+    models = ServedModels([Served(args.served_model_name[0], engine, setup.description)])
+    return build_app(
+        models,
+        limits=limits,
+        api_keys=args.api_key,
+        media=MediaCheck(args.allowed_media_domains),
+        request_id_headers=args.enable_request_id_headers,
+        log_requests=args.enable_log_requests,
+    )
+
+
+async def _run_server(engine: Any, setup: ServerSetup, limits: Limits, sock: socket.socket) -> int:
+    """uvicorn over the app, and a watchdog that stops it when the engine died."""
+    import uvicorn
+
+    app = build_served_app(engine, setup, limits)
+    server = uvicorn.Server(uvicorn.Config(app, **_uvicorn_options(setup.args)))
+    died = False
+
+    async def watchdog() -> None:
+        nonlocal died
+        while not server.should_exit:
+            await asyncio.sleep(WATCHDOG_SECONDS)
+            if engine.errored:
+                died, server.should_exit = True, True
+
+    watching = asyncio.create_task(watchdog())
     try:
-        async with build_async_engine_client(args) as engine:
-            app = await build_pooling_app(engine, args, description=description, limits=limits)
-            shutdown = await serve_http(app, sock=sock, **_uvicorn_options(args))
-            # After SIGTERM or Ctrl-C vLLM stops the engine itself (so it reads as errored too) and hands back
-            # uvicorn's Server.shutdown; after its watchdog saw the engine die it hands back a no-op coroutine.
-            died = engine.errored and not _after_a_signal(shutdown)
-        await shutdown
+        await server.serve(sockets=[sock])
     finally:
-        sock.close()
+        watching.cancel()
     if died:
         logger.error("The engine died; the server stopped and exits with status %d.", ENGINE_DIED)
         return ENGINE_DIED
     return 0
 
 
-def _after_a_signal(shutdown: Any) -> bool:
-    """Whether vLLM's serve_http returned because SIGTERM or SIGINT asked it to stop."""
-    return getattr(shutdown, "__qualname__", "").endswith("Server.shutdown")
+def _bind(host: str, port: int) -> socket.socket:
+    """The server's listening socket, bound before the engine starts (a taken port fails at once)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock
 
 
 def _interrupt_start(*_: Any) -> NoReturn:
@@ -216,16 +294,10 @@ def _interrupt_start(*_: Any) -> NoReturn:
 
 
 def _uvicorn_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The uvicorn settings vLLM's server derives from its serve arguments (entry.build_and_serve)."""
+    """uvicorn's settings from vLLM's frontend options (HONOURED)."""
     from vllm import envs
-    from vllm.entrypoints.launchers.utils.server_utils import get_uvicorn_log_config
 
-    log_config = get_uvicorn_log_config(args)
-    return {
-        **({"log_config": log_config} if log_config is not None else {}),
-        "enable_ssl_refresh": args.enable_ssl_refresh,
-        "host": args.host,
-        "port": args.port,
+    options: dict[str, Any] = {
         "log_level": args.uvicorn_log_level,
         "access_log": not args.disable_uvicorn_access_log,
         "timeout_keep_alive": envs.VLLM_HTTP_TIMEOUT_KEEP_ALIVE,
@@ -234,6 +306,8 @@ def _uvicorn_options(args: argparse.Namespace) -> dict[str, Any]:
         "ssl_ca_certs": args.ssl_ca_certs,
         "ssl_cert_reqs": args.ssl_cert_reqs,
         "ssl_ciphers": args.ssl_ciphers,
-        "h11_max_incomplete_event_size": args.h11_max_incomplete_event_size,
-        "h11_max_header_count": args.h11_max_header_count,
+        "root_path": args.root_path or "",
     }
+    if args.h11_max_incomplete_event_size is not None:
+        options["h11_max_incomplete_event_size"] = args.h11_max_incomplete_event_size
+    return options

@@ -94,6 +94,8 @@ def _decoded(item: Any, name: str) -> tuple[Any, bytes | None]:
             image = Image.open(io.BytesIO(raw))
         except UnidentifiedImageError:
             raise ValueError(f"{name} is not an image file PIL can decode.") from None
+        except Image.DecompressionBombError:  # PIL refuses it at open, before our own bound below
+            raise ValueError(f"{name} is over the limit of {MAX_PIXELS:,} pixels (a decompression bomb).") from None
     width, height = image.size
     if width * height > MAX_PIXELS:
         raise ValueError(f"{name} is {width}x{height} pixels, over the limit of {MAX_PIXELS:,} pixels.")

@@ -55,9 +55,3 @@ def template_pairs(family: ModelFamily, query: str, documents: list[str], instru
     suffix around it never are), with the family's default task when the call names none."""
     task = instruction if instruction is not None else family.default_instruction
     return pair_template(family).pairs(query, documents, task or "")
-
-
-def template_prompts(family: ModelFamily, query: str, documents: list[str], instruction: str | None) -> list[str]:
-    """A template reranker's whole prompt per document, as text (for a server that tokenizes it)."""
-    task = instruction if instruction is not None else family.default_instruction
-    return pair_template(family).prompts(query, documents, task or "")
