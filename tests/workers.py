@@ -36,6 +36,7 @@ EXPECTED_SECONDS = {
     "tests/test_ray_serve.py": 150,
     "tests/test_families.py": 120,
     "tests/test_demo.py": 110,
+    "tests/test_cli.py": 120,
     "tests/test_chunking.py": 80,
     "tests/test_precision.py": 80,
     "tests/test_framework_objects.py": 80,
