@@ -79,8 +79,8 @@ def _use(obj):
     ]
 
 
-def test_objects_pickle_and_reattach_on_first_use(minilm):
-    for obj in _objects(minilm):
+def test_objects_pickle_and_reattach_on_first_use(minilm, cpu):
+    for obj in _objects(minilm, cpu):
         copy = pickle.loads(pickle.dumps(obj))
         assert copy._engine.engine is obj._engine.engine, type(obj).__name__
         np.testing.assert_allclose(_use(copy), _use(obj), atol=1e-6)
@@ -91,8 +91,8 @@ def _use_all(objects):
 
 
 @pytest.mark.parametrize("method", ["fork", "spawn"])
-def test_objects_work_in_fork_and_spawn_workers(minilm, method):
-    objects = _objects(minilm)
+def test_objects_work_in_fork_and_spawn_workers(minilm, method, cpu):
+    objects = _objects(minilm, cpu)
     expected = _use_all(objects)
     result = run_in_child(method, _use_all, objects, deadline=600)
     assert result[0] == "ok", result
