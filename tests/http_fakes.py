@@ -16,6 +16,9 @@ from typing import Any, Literal, Self
 import numpy as np
 import pytest
 
+from rbln_retrieval import quantize_embeddings
+from rbln_retrieval.engines.protocol import QUANTIZED_EMBED_PATH
+
 Mode = Literal["500", "garbage", "wrong-shape", "sleep", "echo-headers", "busy"]
 
 
@@ -147,9 +150,10 @@ class FakeModelServer(_Loopback):
     """A pooling server on loopback without a model, for fast client tests: GET DESCRIBE_PATH answers
     ``description`` (after ``describe_failures`` HTTP 502s, as a proxy in front of a restarting replica answers),
     POST /v1/embeddings answers vector_of(text) per input as base64 float32 (``nan_at``: those inputs get NaN),
-    POST /score answers ``scores`` (or 0.5 per document); answers name ``answer_model`` when set. Each POST's body
-    is recorded in ``bodies``; ``entered`` is set when a POST arrives and, while ``hold`` is clear, the answer
-    waits for it."""
+    POST QUANTIZED_EMBED_PATH answers them in the precision asked, POST /score answers ``scores`` (or 0.5 per
+    document); answers name ``answer_model`` when set, and pass through ``edit(path, answer)`` (a proxy that
+    rewrites them) when given. Each POST's body is recorded in ``bodies``; ``entered`` is set when a POST arrives
+    and, while ``hold`` is clear, the answer waits for it."""
 
     def __init__(
         self,
@@ -161,8 +165,9 @@ class FakeModelServer(_Loopback):
         answer_model: str | None = None,
         retry_after: str | None = None,
         busy_posts: int = 0,
+        edit: Callable[[str, dict[str, Any]], Any] | None = None,
     ):
-        self.description = description
+        self.description, self.edit = description, edit
         self.describe_failures = describe_failures
         self.nan_at, self.scores, self.answer_model = nan_at, scores, answer_model
         self.retry_after, self.busy_posts = retry_after, busy_posts
@@ -193,22 +198,28 @@ class FakeModelServer(_Loopback):
                 server.entered.set()
                 server.hold.wait()
                 named = {"model": server.answer_model} if server.answer_model else {}
-                if self.path == "/v1/embeddings":
-                    rows = [vector_of(t) for t in body["input"]]
+                if self.path in ("/v1/embeddings", QUANTIZED_EMBED_PATH):
+                    rows = np.asarray([vector_of(t) for t in body["input"]], dtype="<f4").reshape(-1, 4)
                     for i in server.nan_at:
                         if i < len(rows):
                             rows[i][1] = float("nan")
+                    extra: dict[str, Any] = {}
+                    if self.path == QUANTIZED_EMBED_PATH:
+                        ranges = None if body.get("ranges") is None else np.asarray(body["ranges"])
+                        rows = quantize_embeddings(rows, body["precision"], ranges=ranges)
+                        extra = {"precision": body["precision"], "dtype": rows.dtype.name}
                     data = [
-                        {"index": i, "embedding": base64.b64encode(np.asarray(r, dtype="<f4").tobytes()).decode()}
-                        for i, r in enumerate(rows)
+                        {"index": i, "embedding": base64.b64encode(r.tobytes()).decode()} for i, r in enumerate(rows)
                     ]
-                    return self._reply(200, {"data": data, **named})
+                    return self._reply(200, {"data": data, **extra, **named})
                 scores = server.scores or [0.5] * len(body["documents"])
                 self._reply(200, {"data": [{"index": i, "score": s} for i, s in enumerate(scores)], **named})
 
             def _reply(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
-                # NaN travels as JSON's NaN token, as Python writes it.
-                self.reply(status, json.dumps(payload).encode(), headers)
+                if server.edit is not None and status == 200 and self.command == "POST":
+                    payload = server.edit(self.path, payload)
+                # NaN travels as JSON's NaN token, as Python writes it; bytes go as they are.
+                self.reply(status, payload if isinstance(payload, bytes) else json.dumps(payload).encode(), headers)
 
         self._listen(Handler)
 

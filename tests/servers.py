@@ -20,7 +20,7 @@ from rbln_retrieval.server.app import route_table
 
 SERVE = (
     "import json, sys; from rbln_retrieval.server.serve import serve; "
-    "sys.exit(serve(sys.argv[1], port=int(sys.argv[2]), device='cpu', **json.loads(sys.argv[3])))"
+    "sys.exit(serve(json.loads(sys.argv[1]), port=int(sys.argv[2]), device='cpu', **json.loads(sys.argv[3])))"
 )
 
 
@@ -38,7 +38,7 @@ def free_port() -> int:
 class Server:
     def __init__(
         self,
-        model: Path | str,
+        model: Path | str | list[Path],
         log: Path,
         api_key: str | None = None,
         env: dict[str, str] | None = None,
@@ -66,7 +66,8 @@ class Server:
         env = {**os.environ, **(env or {}), **({"RBLN_API_KEY": api_key} if api_key else {})}
         env.pop("RBLN_API_KEY", None) if api_key is None else None
         self._log_file = log.open("wb")
-        command = [sys.executable, "-c", SERVE, str(model), str(self.port), json.dumps(options)]
+        served = [str(m) for m in model] if isinstance(model, list) else str(model)  # a list: a server of several
+        command = [sys.executable, "-c", SERVE, json.dumps(served), str(self.port), json.dumps(options)]
         if user_env is not None:
             command, env = ["rbln-retrieval", "serve", str(model), "--port", str(self.port)], user_env
         self.process = subprocess.Popen(

@@ -270,14 +270,14 @@ def test_batches_stay_under_the_advertised_limits_in_order_each_input_once():
     assert [item for batch in batches for item in batch] == items
     assert all(len(json.dumps(b)) + 100 + 4096 <= 6000 and len(b) <= 64 for b in batches) and len(batches) > 8
     remote.limits = {"max_payload_bytes": None, "max_queued_tokens": 1100}  # 4400 bytes
-    with pytest.raises(ValueError, match=r"^Input 1 is 5004 bytes as JSON, over the 304 bytes a request"):
+    with pytest.raises(ValueError, match=r"^Input 1 is 5004 bytes as the server counts it, over the 304 bytes"):
         remote.batches(["short", "x" * 5000], 64)
 
 
 def test_the_client_asks_for_base64_float32(minilm):
     """The compact transport is asked for (the real-server tests prove it decodes to local's vectors)."""
     with FakeServer("sleep") as server, RemoteEngine(minilm, base_url=server.url, max_retries=0) as remote:
-        with pytest.raises(RemoteError, match="returned 0 results for 1 inputs"):
+        with pytest.raises(RemoteError, match="answered 0 results for 1 inputs, so its answer is refused"):
             remote.embed(["a"])
     wanted = {"encoding_format": "base64", "embed_dtype": "float32", "endianness": "little"}
     assert server.bodies[0].items() >= wanted.items()

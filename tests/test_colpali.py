@@ -126,12 +126,29 @@ def test_colqwen_is_refused_in_one_sentence(tmp_path):
         detect_family(tmp_path)
 
 
-def test_serve_refuses_colpali_in_one_sentence(model_dir):
-    """vLLM's server would stop at start with a traceback on a model with token vectors only."""
-    from test_cli import cli, one_error_line
+async def test_the_server_gives_colpali_pages_over_http_as_the_engine_does(engine, pages):
+    """The server's own outputs route sends a page image through the one media check and answers each page's token
+    vectors, equal to the engine's (vLLM's server could not start on a model with token vectors only)."""
+    import base64
 
-    line = one_error_line(cli("serve", str(model_dir), "--device", "cpu"))
-    assert line.endswith(
-        "cannot be served by rbln-retrieval serve: vLLM's server cannot start its embedding routes on a model that "
-        "gives token vectors only, and RemoteEngine sends no ColPali pages; run it in-process with PoolingEngine."
-    ), line
+    import httpx
+    from multimodal_builders import png_bytes
+
+    from rbln_retrieval.engines.protocol import OUTPUTS_PATH
+    from rbln_retrieval.server.app import build_app
+    from rbln_retrieval.server.limits import Limits
+    from rbln_retrieval.server.served import Served, ServedModels
+
+    app = build_app(ServedModels([Served("colpali", engine, {})]), limits=Limits())
+    urls = ["data:image/png;base64," + base64.b64encode(png_bytes(page)).decode() for page in pages]
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test", timeout=300) as client:
+        answer = await client.post(OUTPUTS_PATH, json={"images": urls, "output": "multi_vector"})
+    assert answer.status_code == 200, answer.text
+    got = [
+        np.frombuffer(base64.b64decode(row["multi_vector"]["data"]), dtype="<f4").reshape(row["multi_vector"]["shape"])
+        for row in answer.json()["data"]
+    ]
+    want = engine.embed_images(pages, output="multi_vector")
+    assert len(got) == len(want)
+    for page, expected in zip(got, want):
+        np.testing.assert_array_equal(page, expected)

@@ -50,3 +50,17 @@ def test_explicit_bf16_on_an_emulating_cpu_runs_and_warns_once(cpu, caplog):
     with caplog.at_level(logging.WARNING, logger="rbln_retrieval.cpu_features"):
         assert resolve_dtype("bfloat16", "cpu") == "bfloat16"
     assert not caplog.records, "native bf16 needs no warning"
+
+
+def test_the_class_reports_name_amx_apart_from_avx512_bf16(cpu, monkeypatch):
+    """Reports and the bench's result files name the class (bench/ingest_profile.py); AMX also picks the host
+    layers' fused GEMM epilogues, so an AMX Xeon must not read "AVX512_BF16"."""
+    cpu(AVX512_BF16 | {"amx_bf16", "amx_tile"})
+    assert cpu_features.cpu_class() == "AMX" and cpu_features.amx()
+    cpu(AVX512_BF16)
+    assert cpu_features.cpu_class() == "AVX512_BF16" and not cpu_features.amx()
+    cpu({"avx2", "avx512f"})
+    assert cpu_features.cpu_class() == "AVX-512"
+    cpu(AVX512_BF16 | {"amx_bf16"})
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    assert cpu_features.cpu_class() == "AVX2" and not cpu_features.amx()

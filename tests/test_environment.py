@@ -75,3 +75,32 @@ def test_installing_our_distributions_beside_the_sdk_changes_none_of_its_package
     assert result.returncode == 0, result.stderr[-3000:]
     planned = {item["metadata"]["name"] for item in json.loads(report.read_text())["install"]}
     assert planned == set(DISTRIBUTIONS), planned
+
+
+def test_a_bare_import_torch_works_here_and_torch_rbln_still_autoloads_where_rebel_is_importable(tmp_path):
+    """`make install` (rbln_retrieval/install_cpu.py) leaves a .pth in site-packages that turns torch-rbln's autoload
+    off only where torch-rbln is installed and rebel is not importable: a plain `python -c "import torch"` works in
+    this environment (torch-rbln without rebel-compiler), with no variable set by the user. With rebel importable
+    (the stand-in on the path, as on an NPU host) the autoload is left on and torch-rbln loads: here it then looks
+    for rebel's librbln.so, which the stand-in does not have (the user lane's NPU host sets the variable itself)."""
+    from npu import STANDIN
+
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path), "LANG": "C.UTF-8"}
+
+    def python(code: str, **extra: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-c", code]
+        return subprocess.run(command, env=env | extra, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+
+    plain = python("import torch; print(torch.__version__)")
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    assert python("import os; print(os.environ['TORCH_DEVICE_BACKEND_AUTOLOAD'])").stdout.strip() == "0"
+
+    left_on = python("import os; print(os.environ.get('TORCH_DEVICE_BACKEND_AUTOLOAD'))", PYTHONPATH=str(STANDIN))
+    assert left_on.stdout.strip() == "None", left_on.stderr[-2000:]
+    autoloaded = python("import torch", PYTHONPATH=str(STANDIN))
+    assert autoloaded.returncode != 0 and "Could not find librbln.so" in autoloaded.stderr, autoloaded.stderr[-2000:]
+
+    chosen = python(
+        "import os, torch; print(os.environ['TORCH_DEVICE_BACKEND_AUTOLOAD'])", TORCH_DEVICE_BACKEND_AUTOLOAD="1"
+    )
+    assert chosen.returncode != 0, "the user's own TORCH_DEVICE_BACKEND_AUTOLOAD=1 is kept (and torch-rbln then fails)"

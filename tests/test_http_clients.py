@@ -204,6 +204,20 @@ def test_llama_index_text_embeddings_inference(minilm_server, minilm_id, minilm_
     assert_vectors([embed_model.get_query_embedding(QUERY)], minilm_engine.embed([QUERY]))
 
 
+def test_llama_index_tei_rerank(reranker_server, reranker_id, reranker_engine):
+    """llama-index's TEI rerank postprocessor posts ``{"query", "texts"}`` to /rerank and reorders the nodes."""
+    from llama_index.core.schema import NodeWithScore, TextNode
+    from llama_index.postprocessor.tei_rerank import TextEmbeddingInference
+
+    reranker = TextEmbeddingInference(model_name=reranker_id, base_url=reranker_server.url, top_n=3)
+    nodes = [NodeWithScore(node=TextNode(text=document), score=0.0) for document in DOCUMENTS]
+    kept = reranker.postprocess_nodes(nodes, query_str=QUERY)
+    assert_ranking(
+        [(DOCUMENTS.index(node.node.get_content()), node.score) for node in kept],
+        reranker_engine.rerank(QUERY, DOCUMENTS, top_n=3),
+    )
+
+
 def test_the_route_tables_clients_column_names_tests_that_exist():
     """docs/serving.md's route table names, per row, the client and the test that judge it: each named test exists,
     and each test of this lane is named."""

@@ -42,7 +42,7 @@ pytestmark = pytest.mark.server
 API_KEY = "fuzz-key-5be2d1"
 HEADERS = {"Authorization": f"Bearer {API_KEY}"}
 TIMEOUT = 120.0  # seconds a request may take: far above any answer here, so only a hang reaches it
-EXAMPLES = {"positive": 8, "negative": 6, "no key": 2}  # per route and server
+EXAMPLES = {"positive": 6, "negative": 4, "no key": 1}  # per route and server
 
 
 class Trap:
@@ -166,8 +166,11 @@ def fuzz(server: Server, trap: Trap, mode: str, with_key: bool) -> list[str]:
 
 def run_cases(server: Server, trap: Trap, operation: Any, mode: str, with_key: bool, failures: list[str]) -> None:
     from schemathesis import GenerationMode
-    from schemathesis.specs.openapi.checks import response_schema_conformance
+    from schemathesis.core.failures import Failure, FailureGroup
+    from schemathesis.specs.openapi.checks import content_type_conformance, response_schema_conformance
 
+    if mode == "negative" and not (list(operation.body) or list(operation.query)):
+        return  # nothing to send that could break the schema: the positive cases cover the route
     headers = HEADERS if with_key else {}
     label = f"{operation.method.upper()} {operation.path}"
     media = [trap.url + "/x.png", data_url(bomb())]
@@ -194,8 +197,8 @@ def run_cases(server: Server, trap: Trap, operation: Any, mode: str, with_key: b
             failures.append(f"{label}: {response.status_code} without one sentence: {response.text[:300]!r}")
         elif with_key:
             try:
-                case.validate_response(response, checks=[response_schema_conformance])
-            except Exception as failure:
+                case.validate_response(response, checks=[response_schema_conformance, content_type_conformance])
+            except (Failure, FailureGroup) as failure:
                 failures.append(f"{label}: response off its schema: {str(failure)[:400]}")
         if trap.hits or open_connections(server):
             failures.append(f"{label}: a connection out ({trap.hits}, {open_connections(server)}) for {sent}")

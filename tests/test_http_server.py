@@ -372,3 +372,20 @@ async def test_the_engine_work_is_cancelled_when_the_client_disconnects(tiny_eng
     await asyncio.wait_for(app(scope, receive, send), timeout=60)
     assert cancelled.is_set()
     assert [m["status"] for m in sent if m["type"] == "http.response.start"] == [499]
+
+
+async def test_a_failure_below_the_check_is_500_naming_the_request_id_without_a_traceback(tiny_engine):
+    class Failing:  # the served engine fails deep inside, as a dead engine or a bug would
+        family, model, dimension = tiny_engine.family, "tiny", tiny_engine.dimension
+
+        async def aembed(self, texts, **options):
+            raise RuntimeError("Traceback (most recent call last): deep inside")
+
+    app = build_app(ServedModels([Served("tiny", Failing(), {})]), limits=Limits())  # type: ignore[arg-type]
+    async with _client(app) as client:
+        answer = await client.post("/embed", json={"inputs": "a"}, headers={"x-request-id": "req-42"})
+    assert answer.status_code == 500
+    assert answer.json() == {
+        "error": "The server failed on this request (request id req-42); its log names the cause.",
+        "error_type": "backend",
+    }

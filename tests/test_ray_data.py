@@ -8,6 +8,7 @@ import re
 import signal
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import psutil
@@ -242,6 +243,29 @@ def test_a_batch_that_kills_its_actor_every_time_fails_the_job_naming_its_rows(r
     assert "The batch of 400 rows with ids 100 to 499 was started 2 times and its actor died under it every time" in (
         str(failure.value)
     )
+
+
+def test_identical_rows_over_four_actors_are_each_embedded_once(ray_cluster, minilm, minilm_engine):
+    """Attempts are counted per batch, not per content: four actors embedding identical batches at once (more than
+    max_batch_attempts) is no batch started four times, and no batch's finish resets another's count."""
+    quarter = {**POOL, "actors": 4, "num_cpus": 0.25, "ray_remote_args": {"resources": {}}}  # 2 NPUs declared
+    out = embed_dataset(ray.data.from_items([{"text": "x"}] * 2048), str(minilm), **quarter, **ENGINE).take_all()
+    assert len(out) == 2048 and all(r["text"] == "x" for r in out)
+    vectors = np.stack([r["embedding"] for r in out])
+    np.testing.assert_allclose(vectors, np.repeat(minilm_engine.embed(["x"]), 2048, axis=0), atol=1e-6, rtol=0)
+
+
+def test_actors_that_die_in_their_constructor_are_not_restarted_forever(ray_cluster, minilm):
+    # Each actor's process dies as it constructs its engine (tests/crash_in_engine on its PYTHONPATH), as an actor
+    # the OOM killer ends at every start; Ray restarts it, and past max_batch_attempts deaths (2) the third death's
+    # restart raises instead of dying, which ends the job.
+    path = os.pathsep.join([str(Path(__file__).parent / "crash_in_engine"), os.environ.get("PYTHONPATH", "")])
+    crash = {"runtime_env": {"env_vars": {"PYTHONPATH": path}}, "resources": {}}
+    pool = {**POOL, "actors": 1, "ray_remote_args": crash}
+    dataset = embed_dataset(ray.data.from_items(corpus(8)), str(minilm), **pool, max_batch_attempts=2, **ENGINE)
+    with pytest.raises(Exception) as failure:
+        dataset.take_all()
+    assert "The job's actors died in their constructor 3 times" in str(failure.value), str(failure.value)[-2000:]
 
 
 def test_bad_arguments_fail_in_one_sentence(ray_cluster, minilm):

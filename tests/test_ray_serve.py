@@ -107,3 +107,40 @@ def test_remote_engine_equals_local_and_survives_a_killed_replica(proxy_url, min
     # The dead replica's vLLM engine processes do not outlive it.
     _, alive = psutil.wait_procs(engine_processes, timeout=30)
     assert not alive, f"engine processes of the killed replica still run: {[p.pid for p in alive]}"
+
+
+def test_the_replicas_bounds_are_the_servers_and_past_them_ray_answers_429():
+    deployment = pooling_app("m", limits={"max_concurrent_requests": 7}, device="cpu")._bound_deployment
+    assert (deployment.max_ongoing_requests, deployment.max_queued_requests) == (7, 7)
+    assert (deployment.backpressure_config.status_code, deployment.backpressure_config.retry_after_s) == (429, 1)
+    unbounded = pooling_app("m", limits={"max_concurrent_requests": None}, device="cpu")._bound_deployment
+    assert unbounded.max_queued_requests == -1, "an unbounded server leaves Ray's defaults"
+
+
+def test_a_replica_whose_engine_died_is_replaced_and_requests_succeed_afterwards(proxy_url, minilm, minilm_engine):
+    """The engine core of one replica is killed (the replica's process lives on): its health check fails, Ray
+    replaces it, and then every request is answered, none routed to a dead engine."""
+    victim = replicas()[0]
+    children = psutil.Process(victim["Pid"]).children(recursive=True)
+    cores = [p for p in children if "EngineCore" in " ".join(p.cmdline())]  # vLLM's process title
+    assert cores, [p.cmdline() for p in children]
+    for core in cores:
+        core.kill()
+    deadline = time.monotonic() + 900  # a failure bound only: the wait ends once Ray has replaced the replica
+    while time.monotonic() < deadline:
+        alive = replicas()
+        if victim["ActorID"] not in {a["ActorID"] for a in alive} and len(alive) == 2:
+            break
+        time.sleep(1)
+    assert victim["ActorID"] not in {a["ActorID"] for a in replicas()}, "the replica with a dead engine stayed"
+    texts = passages()[:8]
+    local = minilm_engine.embed(texts)
+    body = {"model": str(minilm), "input": texts, "encoding_format": "float"}
+    with httpx.Client(base_url=proxy_url, timeout=300, headers={"Authorization": f"Bearer {API_KEY}"}) as client:
+        while time.monotonic() < deadline and client.get("/health").status_code != 200:  # the replacement starts
+            time.sleep(1)
+        for _ in range(8):  # no retry: each request must reach a live engine
+            answer = client.post("/v1/embeddings", json=body)
+            assert answer.status_code == 200, answer.text
+            vectors = [row["embedding"] for row in sorted(answer.json()["data"], key=lambda row: row["index"])]
+            np.testing.assert_allclose(vectors, local, atol=1e-5, rtol=0)

@@ -55,6 +55,8 @@ def test_the_costliest_unit_goes_first():
         ("tests/test_docs.py", "ray_cluster"),
         ("tests/test_precision.py", "minilm_server"),
         ("tests/test_chunking.py", "minilm_server"),
+        ("tests/test_http_clients.py", "minilm_server"),  # and reranker_server: one unit, each server started once
+        ("tests/test_http_fuzz.py", "minilm_server"),
         ("tests/test_remote.py", "tests/test_remote.py"),
     ],
 )

@@ -39,7 +39,15 @@ from typing import Any
 from rbln_retrieval.backend import vllm_compat
 from rbln_retrieval.backend.config import CONFIG_KEY, cache_root, compile_only, engine_arguments, resolve
 from rbln_retrieval.backend.npu import artifacts, rbln_runtime
-from rbln_retrieval.backend.npu.rbln_runtime import FORCE_NPU_ENV, forced_npu_name, probe, require, require_compiler
+from rbln_retrieval.backend.npu.rbln_runtime import (
+    FORCE_NPU_ENV,
+    LEGACY_DEVICES_ENV,
+    VISIBLE_DEVICES_ENV,
+    forced_npu_name,
+    probe,
+    require,
+    require_compiler,
+)
 from rbln_retrieval.backend.vllm_compat import (
     SDK_PACKAGES,
     SDK_RELEASE,
@@ -55,9 +63,11 @@ from rbln_retrieval.errors import EngineStartError
 
 __all__ = [
     "FORCE_NPU_ENV",
+    "LEGACY_DEVICES_ENV",
     "SDK_PACKAGES",
     "SDK_RELEASE",
     "TARGETS",
+    "VISIBLE_DEVICES_ENV",
     "activated",
     "claim_platform",
     "collections_deferred",

@@ -1,7 +1,7 @@
 """The software stack this package is written for, and the touches of vLLM's private module state: the one module
-to change when the RBLN SDK moves (with requirements/*.txt and pyproject's transformers/tokenizers range). The
-backend's subclasses of vLLM's runner, worker and attention backend override private methods too; their docstrings
-name each hook.
+to change when the RBLN SDK moves (with rbln_retrieval/install_cpu.py, requirements/*.txt and pyproject's
+transformers/tokenizers range). The backend's subclasses of vLLM's runner, worker and attention backend override
+private methods too; their docstrings name each hook.
 
 - ``SDK_STACK``: the versions the RBLN SDK release pins (vllm-rbln's ``vllm==0.30.0+cpu``, optimum-rbln's torch,
   transformers and tokenizers); an engine refuses to start on others (``check_stack``).
@@ -118,6 +118,26 @@ def static_graph_loading() -> Iterator[None]:
     finally:
         utils.dispatch_cpu_unquantized_gemm = dispatch
         rotary_embedding._ROPE_DICT = ropes
+
+
+@contextmanager
+def unpacked_weights_kept() -> Iterator[None]:
+    """While a model loads, vLLM's CPU dispatch repacks each Linear's weight as usual and leaves an empty parameter
+    behind, but the weight it packed stays reachable as the layer's ``unpacked_weight``: the host layers pack some
+    of them again for a GEMM with a fused epilogue (``graph.host_layers``), which releases every one afterwards."""
+    from vllm.model_executor.layers import utils
+
+    dispatch = utils.dispatch_cpu_unquantized_gemm
+
+    def keep_then_dispatch(layer: Any, remove_weight: bool) -> None:
+        layer.unpacked_weight = layer.weight.data
+        dispatch(layer, remove_weight)
+
+    utils.dispatch_cpu_unquantized_gemm = keep_then_dispatch
+    try:
+        yield
+    finally:
+        utils.dispatch_cpu_unquantized_gemm = dispatch
 
 
 def int32_embedding_indices(model: Any) -> int:

@@ -2,8 +2,8 @@
 when base_url is set, and the typed API of that claim (EngineHandle and the options its calls take), for framework
 objects to hold and call.
 
-Imports: engines (options, requests, shared), local (engine), models (source), text (inputs); remote (client) when
-the first remote client is made.
+Imports: engines (options, requests, shared), frameworks (attach), local (engine), models (source), text (inputs);
+remote (client) when the first remote client is made.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 from rbln_retrieval.engines.options import EngineOptions
 from rbln_retrieval.engines.requests import EmbedOptions, RerankOptions, ScoreOptions
 from rbln_retrieval.engines.shared import EngineHandle, EngineSpec
+from rbln_retrieval.frameworks.attach import attached_engine, shares_across_processes
 from rbln_retrieval.local.engine import PoolingEngine
 from rbln_retrieval.models.source import SOURCE_ARGS
 from rbln_retrieval.text.inputs import Truncate
@@ -38,11 +39,14 @@ def get_engine(
     options); with ``base_url`` (one URL or a list of replicas) a client of `rbln-retrieval serve` with the same
     ``embed``/``score``/``rerank`` API, sync and async. ``truncate`` and ``timeout`` are this holder's per-call
     defaults and never start a second engine. ``close()`` releases the claim. ``attach=False`` defers starting (or
-    joining) the engine to the first call.
+    joining) the engine to the first call. A local engine is shared across this user's processes too (one process
+    holds it, the others attach: frameworks/attach.py) on an RBLN NPU, or wherever RBLN_SHARE_ENGINES=1.
     """
     source_args = {name: options.pop(name) for name in SOURCE_ARGS if name in options}
     if base_url is None:
-        spec = EngineSpec(PoolingEngine, EngineOptions(**options).resolve_source(model, **source_args), options)
+        source = EngineOptions(**options).resolve_source(model, **source_args)
+        # Across processes, the engine runs in the one process holding it (attach.py), under a key of its own.
+        spec = EngineSpec(attached_engine if shares_across_processes(options) else PoolingEngine, source, options)
     else:
         from rbln_retrieval.remote.client import RemoteEngine  # httpx is imported with the first remote client
 

@@ -4,19 +4,22 @@ and how a framework object turns them into its claim on a shared engine (rbln_re
 LangChain's and LlamaIndex's classes inherit these fields; each adds its model field (``model`` or
 ``model_name``) and its own per-call fields (batch size, prompts, top_n...).
 
-Imports: frameworks (connect), engines (options, shared), text (inputs); pydantic.
+Imports: frameworks (connect, foreign), engines (options, shared), text (inputs); pydantic.
 """
 
 from __future__ import annotations
 
 import os
+import urllib.parse
+from collections.abc import Iterator
 from typing import Any, ClassVar, Self
 
-from pydantic import ConfigDict, Field, SecretStr, field_validator
+from pydantic import ConfigDict, Field, SecretStr, field_serializer, field_validator, model_validator
 
 from rbln_retrieval.engines.options import ComputeOptions, SourceOptions
 from rbln_retrieval.engines.shared import EngineHandle
 from rbln_retrieval.frameworks.connect import get_engine
+from rbln_retrieval.frameworks.foreign import refuse_foreign_options
 from rbln_retrieval.text.inputs import Chunk, Truncate
 
 API_KEY_ENV = "RBLN_API_KEY"
@@ -54,6 +57,22 @@ class EngineHolder:
         self.close()
 
 
+def shown_url(url: str) -> str:
+    """``url`` with the password its user part may hold (``https://user:password@host``) replaced by ``***``."""
+    parts = urllib.parse.urlsplit(url)
+    userinfo, at, host = parts.netloc.rpartition("@")
+    if not at or ":" not in userinfo:
+        return url
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{userinfo.partition(':')[0]}:***@{host}"))
+
+
+def _shown_urls(value: Any) -> Any:
+    """A base_url setting (one URL, a list, None) as it may be shown: passwords masked."""
+    if isinstance(value, str):
+        return shown_url(value)
+    return [shown_url(url) if isinstance(url, str) else url for url in value] if isinstance(value, list) else value
+
+
 def _api_key_from_env() -> SecretStr | None:
     key = os.environ.get(API_KEY_ENV)
     return SecretStr(key) if key else None
@@ -77,13 +96,20 @@ class EngineSettings(EngineHolder, ComputeOptions, SourceOptions):
     window's). Applied per call: objects differing only in it share one engine."""
 
     base_url: str | list[str] | None = None
-    """URL of an `rbln-retrieval serve` server (or a list of replicas); None runs the model in this process."""
+    """URL of an `rbln-retrieval serve` server (or a list of replicas); None runs the model in this process. A
+    password in it (`https://user:password@host`) is sent as basic auth and shown, dumped or logged as `***`."""
 
     api_key: SecretStr | None = Field(default_factory=_api_key_from_env, exclude=True)
     """Server API key; read from the `RBLN_API_KEY` environment variable when not given. Never serialized."""
 
     timeout: float | None = Field(default=None, gt=0)
     """Seconds to wait for the server per request (remote mode only)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_foreign_options(cls, data: Any) -> Any:
+        refuse_foreign_options(cls.__name__, data)
+        return data
 
     @field_validator("truncate")
     @classmethod
@@ -94,6 +120,14 @@ class EngineSettings(EngineHolder, ComputeOptions, SourceOptions):
                 "use truncate='chunk' or Chunk(overlap=...)."
             )
         return value
+
+    @field_serializer("base_url")
+    def _base_url_shown(self, value: str | list[str] | None) -> Any:
+        return _shown_urls(value)
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:  # repr() and str(): the base URL's password masked
+        for name, value in super().__repr_args__():
+            yield name, (_shown_urls(value) if name == "base_url" else value)
 
     def _claim(self, model: str) -> EngineHandle:
         """A claim on the shared engine these settings select, started (or joined) at its first use."""

@@ -6,6 +6,7 @@ Imports: backend (its front door: the RBLN runtime's facts), engines (options).
 from __future__ import annotations
 
 import logging
+import os
 from typing import Literal, get_args
 
 from rbln_retrieval import backend
@@ -33,6 +34,12 @@ def resolve_device(device: str, *, compile_only: bool = False) -> Literal["rbln"
         logger.info("Running on the CPU: %s.", found.reason)
         return "cpu"
     raise ValueError(f"device={device!r} is not one of {', '.join(map(repr, get_args(Device)))}.")
+
+
+def device_scope() -> tuple[str | None, ...]:
+    """The NPUs this process may use, as its environment names them (SDK 0.12's variable and the legacy one Ray
+    sets): processes given different NPUs run different engines."""
+    return tuple(os.environ.get(name) for name in (backend.VISIBLE_DEVICES_ENV, backend.LEGACY_DEVICES_ENV))
 
 
 def explain_auto() -> tuple[str, str]:

@@ -160,7 +160,6 @@ class FamilySpec:
     loads_pickle_heads: bool = False  # heads shipped only as .pt state dicts (read by torch's weights-only unpickler)
     refuse_output: str | None = None  # sentence for an output it lacks: {model}, {output}, {missing} (the head)
     npu_note: str | None = None  # what the NPU runner does with its token-level outputs, when not the usual
-    unserved: str | None = None  # why ``rbln-retrieval serve`` does not serve it yet
     images: bool = False  # embeds images and texts into one space; claimed by architecture, never by ``family=``
 
     def claims(self, ckpt: Checkpoint) -> bool:

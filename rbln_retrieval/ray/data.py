@@ -5,11 +5,14 @@ engine for its lifetime (an engine start costs seconds); when an actor dies, Ray
 batch it held, and the dead attempt's output is dropped, so every row comes out exactly once. A batch that kills
 its actor every time (one that runs it out of memory) is tried ``max_batch_attempts`` times, counted by a small
 actor of the job, and then fails the job in one sentence naming its rows (BatchFailedError), never retried forever.
+A batch is counted by its identity, not its content: the Ray task that carries it (a retry after its actor died is
+the same task) and its place among that task's batches, so identical rows in batches of several actors are
+separate batches. Actors that die in their constructor are bounded the same way: past ``max_batch_attempts`` deaths
+per actor, the next constructor raises BatchFailedError instead of being restarted forever.
 """
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from typing import Any, Literal
 
@@ -31,10 +34,12 @@ class BatchFailedError(RuntimeError):
 
 @ray.remote(num_cpus=0)
 class _BatchAttempts:
-    """How many times each batch in flight was started without finishing (its actor died under it)."""
+    """How many times each batch in flight was started without finishing (its actor died under it), and how many
+    actor constructors were started without finishing."""
 
     def __init__(self) -> None:
         self.started: dict[str, int] = {}
+        self.constructors = 0  # started and not finished: running now, or died
 
     def start(self, key: str) -> int:
         self.started[key] = self.started.get(key, 0) + 1
@@ -42,6 +47,13 @@ class _BatchAttempts:
 
     def finish(self, key: str) -> None:
         self.started.pop(key, None)
+
+    def construct(self) -> int:
+        self.constructors += 1
+        return self.constructors
+
+    def constructed(self) -> None:
+        self.constructors -= 1
 
     def pending(self) -> dict[str, int]:
         """The batches started and not finished, with their attempts so far (what a monitor of the job reads)."""
@@ -56,18 +68,34 @@ def _attempts_counter() -> Any:
 
 
 class _BatchGuard:
-    """Counts the attempts at each batch of one job (by the content of its input columns) in ``attempts``."""
+    """Counts the attempts at each batch of one job (by its identity: its Ray task and its place among the task's
+    batches) and at the actors' constructors in ``attempts``, for a pool of ``actors``."""
 
-    def __init__(self, attempts: Any, max_attempts: int, columns: tuple[str, ...]) -> None:
-        self.attempts, self.max_attempts, self.columns = attempts, max_attempts, columns
+    def __init__(self, attempts: Any, max_attempts: int, columns: tuple[str, ...], actors: int) -> None:
+        self.attempts, self.max_attempts, self.columns, self.actors = attempts, max_attempts, columns, actors
+        self._task, self._batches = "", 0  # the task whose batches this actor is processing, and how many so far
+
+    def construct(self) -> None:
+        """Count a constructor's start; BatchFailedError once the constructors started and not finished exceed
+        what ``actors`` actors starting at once and ``max_attempts`` deaths each account for."""
+        started = ray.get(self.attempts.construct.remote())
+        if started > self.actors * (1 + self.max_attempts):
+            raise BatchFailedError(
+                f"The job's actors died in their constructor {started - self.actors} times (out of memory, a crash "
+                "loading the engine), so the job stops instead of restarting them forever; check that one engine "
+                "starts on its own with these options."
+            )
+
+    def constructed(self) -> None:
+        self.attempts.constructed.remote()
 
     def start(self, batch: dict[str, np.ndarray]) -> str:
         """The batch's key, after counting this attempt; BatchFailedError once it is over ``max_attempts``."""
-        digest = hashlib.sha256()
-        for name in self.columns:
-            for value in batch[name].tolist() if name in batch else []:
-                digest.update(f"{value}\x00".encode(errors="surrogatepass"))
-        key = digest.hexdigest()
+        task = ray.get_runtime_context().get_task_id() or ""
+        if task != self._task:  # a task's retry on a restarted actor meets its batches in the same order
+            self._task, self._batches = task, 0
+        key = f"{task}:{self._batches}"
+        self._batches += 1
         started = ray.get(self.attempts.start.remote(key))
         if started > self.max_attempts:
             raise BatchFailedError(
@@ -194,7 +222,7 @@ def _map(
     max_attempts, columns = guard
     return dataset.map_batches(
         actor,
-        fn_constructor_args=(_BatchGuard(_attempts_counter(), max_attempts, columns), *args),
+        fn_constructor_args=(_BatchGuard(_attempts_counter(), max_attempts, columns, actors), *args),
         batch_size=batch_size,
         batch_format="numpy",
         compute=ray.data.ActorPoolStrategy(size=actors),
@@ -217,6 +245,7 @@ class _Guarded:
 
     def __init__(self, guard: _BatchGuard) -> None:
         self.guard = guard
+        guard.construct()
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         key = self.guard.start(batch)
@@ -244,6 +273,7 @@ class _Embedder(_Guarded):
         announce_placement("embedding actor")
         self.engine = PoolingEngine(model, **engine_options)
         self.column, self.output_column, self.call = column, output_column, call
+        guard.constructed()
 
     def process(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         batch[self.output_column] = self.engine.embed(_column(batch, self.column), **self.call)
@@ -266,6 +296,7 @@ class _Scorer(_Guarded):
         self.engine = PoolingEngine(model, **engine_options)
         self.query_column, self.document_column = query_column, document_column
         self.output_column, self.instruction = output_column, instruction
+        guard.constructed()
 
     def process(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         queries, documents = _column(batch, self.query_column), _column(batch, self.document_column)

@@ -1,12 +1,18 @@
 """`rbln-retrieval serve` on Ray Serve: each replica runs the app `rbln-retrieval serve` runs, built from the same
 family presets, behind Ray Serve's HTTP proxy.
 
-No second HTTP API: every replica starts its engine and builds its app with the functions `rbln-retrieval serve`
+No second HTTP API: every replica starts its engines and builds its app with the functions `rbln-retrieval serve`
 uses (``rbln_retrieval.server.serve``: server_setup, start_engine, build_served_app), so the route table (the
-OpenAI, TEI, Cohere v2 and Jina dialects and the package's own routes), the API key on every route but the probes,
-backpressure and the size limits are those of the server, and ``RemoteEngine`` clients work against the proxy
-unchanged. ``server_setup`` resolves vLLM's platform before the replica's first vLLM import, so an NPU host's
-vllm-rbln plugin never becomes the replica's platform.
+OpenAI, TEI, Cohere v2 and Jina dialects and the package's own routes), the models it dispatches to, the API key on
+every route but the probes, backpressure and the size limits are those of the server, and ``RemoteEngine`` clients
+work against the proxy unchanged. ``server_setup`` resolves vLLM's platform before the replica's first vLLM import,
+so an NPU host's vllm-rbln plugin never becomes the replica's platform.
+
+What `rbln-retrieval serve` does around its app is Ray's here: a replica with a dead engine fails Ray Serve's health
+check (``check_health``), so Ray replaces it instead of routing requests to it; and the replica's concurrency bound
+is the server's ``max_concurrent_requests`` (Ray's ``max_ongoing_requests``), with requests past it waiting in
+Ray's queue up to the same number per deployment (``max_queued_requests``) and then answered HTTP 429 with the
+server's Retry-After, as `rbln-retrieval serve` answers them.
 """
 
 from __future__ import annotations
@@ -18,38 +24,50 @@ from typing import Any
 from ray import serve
 
 from rbln_retrieval.ray.resources import announce_placement, engine_resources
-from rbln_retrieval.server.limits import Limits
+from rbln_retrieval.server.limits import RETRY_AFTER_SECONDS, Limits
 
 DEPLOYMENT_NAME = "rbln-retrieval"
 
 
 @serve.ingress()
 class PoolingServer:
-    """One replica: one PoolingEngine (on the replica's RBLN NPU, else the CPU) and the server's app over it."""
+    """One replica: the engines of `rbln-retrieval serve` (one per model, on the replica's RBLN NPU, else the CPU)
+    and its app over them."""
 
-    async def __init__(self, model: str, api_key: str | None, limits: Any, options: dict[str, Any]):  # type: ignore[misc]
-        # Ray Serve awaits an async constructor: the replica is ready once its engine is.
+    async def __init__(self, model: str | list[str], api_key: str | None, limits: Any, options: dict[str, Any]):  # type: ignore[misc]
+        # Ray Serve awaits an async constructor: the replica is ready once its engines are.
         from rbln_retrieval import backend
         from rbln_retrieval.local.engine_args import cpu_threads_env
         from rbln_retrieval.server.serve import build_served_app, server_setup, start_engine
 
         announce_placement("serve replica")
         limits = limits if isinstance(limits, Limits) else Limits(**(limits or {}))
-        setup = server_setup(model, limits=limits, api_key=api_key, **options)  # resolves vLLM's platform first
-        # vLLM's engine processes start inside the block and inherit the backend choice (and the NPU Ray assigned).
-        with backend.activated(setup.target, cpu_threads_env() if setup.target != "rbln" else None):
-            self._engine = await asyncio.to_thread(start_engine, model, setup)
-        self._app = build_served_app(self._engine, setup, limits)
+        names = [model] if isinstance(model, str) else model
+        # server_setup resolves vLLM's platform first, as `rbln-retrieval serve` does.
+        setups = [server_setup(name, limits=limits, api_key=api_key, **options) for name in names]
+        self._engines: list[Any] = []
+        for name, setup in zip(names, setups, strict=True):
+            # The engine's processes start inside the block and inherit the backend choice (and the NPU Ray assigned).
+            with backend.activated(setup.target, cpu_threads_env() if setup.target != "rbln" else None):
+                self._engines.append(await asyncio.to_thread(start_engine, name, setup))
+        self._app = build_served_app(self._engines, setups, limits)
 
     def __serve_build_asgi_app__(self) -> Any:
         return self._app
 
+    async def check_health(self) -> None:
+        """Ray Serve's periodic health check: raises once one of the replica's engines is dead, so Ray replaces this
+        replica (the watchdog that ends `rbln-retrieval serve` does not run in a replica)."""
+        if any(engine.errored for engine in self._engines):
+            raise RuntimeError("An engine of the replica is dead; Ray replaces the replica.")
+
     def __del__(self) -> None:
-        self._engine.close()
+        for engine in self._engines:
+            engine.close()
 
 
 def pooling_app(
-    model: str,
+    model: str | list[str],
     *,
     api_key: str | None = None,
     limits: Limits | dict[str, int | None] | None = None,
@@ -60,7 +78,8 @@ def pooling_app(
     deployment_options: dict[str, Any] | None = None,
     **engine_options: Any,
 ) -> serve.Application:
-    """A Ray Serve application serving ``model`` as `rbln-retrieval serve` does; run it with ``serve.run``.
+    """A Ray Serve application serving ``model`` (one, or a list: each request names its own) as `rbln-retrieval
+    serve` does; run it with ``serve.run``.
 
     Each replica asks for one RBLN NPU when the cluster declares them, else ``num_cpus`` CPUs (default 1).
     ``autoscaling_config`` (Ray Serve's, e.g. ``{"min_replicas": 1, "max_replicas": 8}``) replaces the fixed
@@ -80,6 +99,24 @@ def pooling_app(
         name=DEPLOYMENT_NAME,
         ray_actor_options={**engine_resources(num_cpus), **(ray_actor_options or {})},
         **scaling,
-        **(deployment_options or {}),
+        **{
+            **ray_bounds(limits if isinstance(limits, Limits) else Limits(**(limits or {}))),
+            **(deployment_options or {}),
+        },
     )
-    return deployment.bind(str(model), api_key, limits, engine_options)
+    models = str(model) if isinstance(model, str | os.PathLike) else [str(name) for name in model]
+    return deployment.bind(models, api_key, limits, engine_options)
+
+
+def ray_bounds(limits: Limits) -> dict[str, Any]:
+    """Ray Serve's bounds for a replica under ``limits``: as many requests in flight as `rbln-retrieval serve`
+    admits, as many more waiting in Ray's queue, and past them HTTP 429 with the server's Retry-After (Ray's default
+    is a few requests in flight, an unbounded queue and 503). Unbounded limits leave Ray's defaults."""
+    bound = limits.max_concurrent_requests
+    if bound is None:
+        return {}
+    return {
+        "max_ongoing_requests": bound,
+        "max_queued_requests": bound,
+        "backpressure_config": {"status_code": 429, "retry_after_s": RETRY_AFTER_SECONDS},
+    }

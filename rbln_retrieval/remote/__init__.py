@@ -13,7 +13,7 @@ Engine libraries: none
 from rbln_retrieval.engines.protocol import DESCRIBE_PATH
 from rbln_retrieval.remote.calls import RemoteClosedError
 from rbln_retrieval.remote.client import RemoteEngine
-from rbln_retrieval.remote.replicas import RemoteAuthError, RemoteError
+from rbln_retrieval.remote.replicas import RemoteAuthError, RemoteError, UntrustedAnswerError
 from rbln_retrieval.remote.served_model import ReplicaMismatchError
 
 __all__ = [
@@ -23,4 +23,5 @@ __all__ = [
     "RemoteEngine",
     "RemoteError",
     "ReplicaMismatchError",
+    "UntrustedAnswerError",
 ]

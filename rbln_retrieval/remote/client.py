@@ -9,14 +9,14 @@ under the server's advertised request-size bounds, and vectors travel as base64 
 (bench/wire_format.py compares the two; bench/results/wire_format.json). Scores are decided by
 rbln_retrieval.engines.scoring, as a local engine's.
 
-Imports: engines (options, protocol, requests, scoring, windows), models (families), remote (calls, image_calls,
-replicas, served_model), results (finite, outputs, quantize, ranking), text (chunks, inputs, prompts); numpy.
+Imports: engines (options, protocol, requests, scoring, windows), models (families), remote (answers, calls,
+image_calls, replicas, served_model), results (finite, outputs, quantize, ranking), text (chunks, inputs, prompts);
+numpy.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextvars
 import dataclasses
 import json
@@ -40,6 +40,7 @@ from rbln_retrieval.engines.requests import (
 from rbln_retrieval.engines.scoring import Scorer, score
 from rbln_retrieval.engines.windows import embed_windowed
 from rbln_retrieval.models.families import ModelFamily
+from rbln_retrieval.remote.answers import quantized_rows, score_rows, vector_rows
 from rbln_retrieval.remote.calls import RemoteClosedError
 from rbln_retrieval.remote.image_calls import RemoteImageEmbedding
 from rbln_retrieval.remote.replicas import Deadline, RemoteAuthError, RemoteError, Replicas
@@ -277,32 +278,39 @@ class RemoteEngine(RemoteImageEmbedding):
         payload: dict[str, Any] = {"use_activation": request.normalize, **self._truncation(family, truncate)}
         if dimensions is not None:
             payload["dimensions"] = dimensions
-        prompts = [prefix + t for _, chunk in chunks(texts, what) for t in chunk]
+        prompts = [self._remote.fit(prefix + t, truncate) for _, chunk in chunks(texts, what) for t in chunk]
         if not prompts:
             return np.zeros((0, dimensions or family.hidden_size), dtype=np.float32)
 
+        width = dimensions or family.hidden_size
         if wire is not None and self._remote.quantizes:
-            return np.stack(await self._batched(prompts, lambda items: self._quantized(items, payload, wire)))
+            return np.stack(await self._batched(prompts, lambda items: self._quantized(items, payload, wire, width)))
 
         async def batch(items: list[str]) -> list[np.ndarray]:
-            return await self._embedding_rows({**payload, "input": items})
+            return await self._embedding_rows({**payload, "input": items}, len(items), width)
 
         vectors = np.stack(await self._batched(prompts, batch)).astype(np.float32, copy=False)
         check_finite(vectors, what)
         return vectors
 
-    async def _embedding_rows(self, body: dict[str, Any]) -> list[np.ndarray]:
-        """vLLM's /v1/embeddings answer to ``body`` (texts or images) as float32 rows in input order."""
-        data = (await self._post("/v1/embeddings", {**body, **BASE64_FLOAT32}))["data"]
-        rows = sorted(data, key=lambda row: row["index"])
-        return [np.frombuffer(base64.b64decode(row["embedding"]), dtype="<f4") for row in rows]
+    async def _embedding_rows(self, body: dict[str, Any], count: int, width: int) -> list[np.ndarray]:
+        """vLLM's /v1/embeddings answer to ``body`` (``count`` texts or images) as float32 rows of ``width`` (0:
+        unknown) in input order."""
+        return await self._post(
+            "/v1/embeddings", {**body, **BASE64_FLOAT32}, lambda answer: vector_rows(answer, count, width=width)
+        )
 
-    async def _quantized(self, items: list[str], payload: dict[str, Any], wire: dict[str, Any]) -> list[np.ndarray]:
-        """One batch's rows as our server quantizes them: each row's bytes, base64, in the answer's dtype."""
-        answer = await self._post(QUANTIZED_EMBED_PATH, {**payload, **wire, "input": items})
-        dtype = np.dtype(answer["dtype"])
-        data = sorted(answer["data"], key=lambda row: row["index"])
-        return [np.frombuffer(base64.b64decode(row["embedding"]), dtype=dtype) for row in data]
+    async def _quantized(
+        self, items: list[str], payload: dict[str, Any], wire: dict[str, Any], width: int
+    ) -> list[np.ndarray]:
+        """One batch's rows as our server quantizes them: each row's bytes, base64, in the dtype of the precision
+        asked (``width``: the vectors' dimensions, 0 if unknown)."""
+        precision = wire["precision"]
+        return await self._post(
+            QUANTIZED_EMBED_PATH,
+            {**payload, **wire, "input": items},
+            lambda answer: quantized_rows(answer, len(items), precision=precision, dimensions=width),
+        )
 
     def _score(self, query: str, documents: Iterable[str], request: ScoreRequest) -> Coroutine[Any, Any, list[float]]:
         """The call's work on the client's loop, its options checked first."""
@@ -324,12 +332,14 @@ class RemoteEngine(RemoteImageEmbedding):
     ) -> list[float]:
         """A cross-encoder's scores from the server's /score route (it takes no instruction)."""
         cut = self._truncation(family, truncate)
+        query = self._remote.fit(query, truncate)
         return await self._served_scores(
             "/score",
-            [d for _, chunk in chunks(documents, "documents") for d in chunk],
+            [self._remote.fit(d, truncate) for _, chunk in chunks(documents, "documents") for d in chunk],
             body=lambda items: {"queries": query, "documents": items, **cut},
-            read=lambda row: row["score"],
+            field="score",
             reserve=len(json.dumps(query)),  # the query travels in every request: room kept for it
+            per_item=len(query.encode()),  # and the server counts its tokens once per document
         )
 
     async def _score_template(
@@ -340,10 +350,11 @@ class RemoteEngine(RemoteImageEmbedding):
         cut = self._truncation(family, truncate)
         return await self._served_scores(
             "/score",
-            [d for _, chunk in chunks(documents, "documents") for d in chunk],
+            [self._remote.fit(d, truncate) for _, chunk in chunks(documents, "documents") for d in chunk],
             body=lambda items: {"queries": query, "documents": items, "instruction": instruction, **cut},
-            read=lambda row: row["score"],
+            field="score",
             reserve=len(json.dumps(query)) + len(json.dumps(instruction)),
+            per_item=len(query.encode()),  # the server counts the query's tokens once per document
         )
 
     async def _served_scores(
@@ -352,36 +363,36 @@ class RemoteEngine(RemoteImageEmbedding):
         items: list[str],
         *,
         body: Callable[[list[str]], dict[str, Any]],
-        read: Callable[[dict[str, Any]], float],
+        field: str,
         reserve: int = 0,
+        per_item: int = 0,
     ) -> list[float]:
-        """One finite score per item, in input order, from ``path``'s answers to the batches' ``body``."""
+        """One finite score per item, in input order, from ``path``'s answers to the batches' ``body`` (each row's
+        ``field``: answers.score_rows)."""
         if not items:
             return []
 
         async def batch(part: list[str]) -> list[float]:
-            data = (await self._post(path, body(part)))["data"]
-            return [read(row) for row in sorted(data, key=lambda row: row["index"])]
+            return await self._post(path, body(part), lambda answer: score_rows(answer, len(part), field))
 
-        return finite_scores(await self._batched(items, batch, reserve=reserve))
+        return finite_scores(await self._batched(items, batch, reserve=reserve, per_item=per_item))
 
     async def _batched(
-        self, items: list[Any], call: Callable[[list[Any]], Awaitable[list[Any]]], reserve: int = 0, what: str = ""
+        self,
+        items: list[Any],
+        call: Callable[[list[Any]], Awaitable[list[Any]]],
+        reserve: int = 0,
+        what: str = "",
+        per_item: int = 0,
     ) -> list[Any]:
         """Run ``call`` over batches concurrently (spread over replicas) and concatenate in input order."""
-        batches = self._remote.batches(items, self._batch_size, reserve, what)
-        try:
-            results = await asyncio.gather(*(call(b) for b in batches))
-        except (KeyError, IndexError, TypeError) as exc:  # valid JSON, but not the answer of a pooling server
-            raise RemoteError(f"The server's answer lacks the expected fields ({type(exc).__name__}: {exc}).") from exc
-        out = [row for result in results for row in result]
-        if len(out) != len(items):
-            raise RemoteError(f"The server returned {len(out)} results for {len(items)} inputs.")
-        return out
+        batches = self._remote.batches(items, self._batch_size, reserve, what, per_item)
+        results = await asyncio.gather(*(call(b) for b in batches))  # each checked whole (remote.answers)
+        return [row for result in results for row in result]
 
     async def _described(self) -> ModelFamily:
         return await self._remote.described(_call_deadline.get())
 
-    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        """POST ``body`` for this model, under the deadline of the call in progress."""
-        return await self._remote.post(path, body, _call_deadline.get())
+    async def _post(self, path: str, body: dict[str, Any], read: Callable[[Any], T]) -> T:
+        """POST ``body`` for this model, under the deadline of the call in progress, its answer through ``read``."""
+        return await self._remote.post(path, body, _call_deadline.get(), read)

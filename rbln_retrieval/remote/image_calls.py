@@ -52,7 +52,7 @@ class RemoteImageEmbedding(ClientLoop):
     _described: Callable[[], Awaitable[ModelFamily]]
     _embed: Callable[..., Awaitable[np.ndarray]]
     _batched: Callable[..., Awaitable[list[Any]]]
-    _embedding_rows: Callable[[dict[str, Any]], Awaitable[list[np.ndarray]]]
+    _embedding_rows: Callable[[dict[str, Any], int, int], Awaitable[list[np.ndarray]]]
 
     def _call(self, timeout: float | None, work: Coroutine[Any, Any, T]) -> Coroutine[Any, Any, T]:
         raise NotImplementedError
@@ -95,7 +95,8 @@ class RemoteImageEmbedding(ClientLoop):
             return np.zeros((0, family.hidden_size), dtype=np.float32)
 
         async def batch(conversations: list[Any]) -> list[np.ndarray]:
-            return await self._embedding_rows({"messages": conversations, "use_activation": normalize})
+            body = {"messages": conversations, "use_activation": normalize}
+            return await self._embedding_rows(body, len(conversations), family.hidden_size)
 
         vectors = np.stack(await self._batched(messages, batch, what="images")).astype(np.float32, copy=False)
         check_finite(vectors, "images")

@@ -3,9 +3,11 @@ fails is taken out for a cool-down and the request is retried elsewhere with bac
 answer or raises RemoteError after bounded retries. Every attempt, backoff and wait of a request runs under one
 Deadline (a call's timeout covers all of its requests), never a fresh timeout per attempt. A busy server (HTTP 429)
 is asked again after its Retry-After (parsed defensively and clamped), as often as the deadline allows, and the
-requests in flight are kept under the servers' advertised bound. Nothing here knows about models; RemoteEngine does.
+requests in flight are kept under the servers' advertised bound. An answer is read up to MAX_RESPONSE_BYTES and
+handed to the caller's check (rbln_retrieval.remote.answers), whose refusal becomes one sentence naming the replica.
+Nothing here knows about models; RemoteEngine does.
 
-Imports: errors; httpx.
+Imports: errors, remote (answers); httpx.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import email.utils
+import json
 import math
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,11 +27,17 @@ import httpx
 from httpx import USE_CLIENT_DEFAULT
 
 from rbln_retrieval.errors import RBLNRetrievalError
+from rbln_retrieval.remote.answers import BadAnswer
 
 
 class RemoteError(RBLNRetrievalError, ConnectionError):
     """No replica answered usably within the retries or the call's timeout (connection refused, timeout, 5xx,
     malformed JSON)."""
+
+
+class UntrustedAnswerError(RemoteError):
+    """A replica answered what no pooling server sends for the request (an index repeated or missing, a vector of
+    another width or dtype, a body over MAX_RESPONSE_BYTES): refused, never handed on."""
 
 
 class RemoteAuthError(RBLNRetrievalError, PermissionError):
@@ -38,6 +48,9 @@ class RemoteAuthError(RBLNRetrievalError, PermissionError):
 # or a NaN never makes a client re-send at once in a loop, and a far date never parks it; jittered so clients do not
 # return at once.
 DEFAULT_RETRY_AFTER = 1.0
+# The most of one answer this client reads: the largest a server sends is a full batch of wide float32 vectors in
+# base64 (2,048 x 4,096 dimensions: 45 MB); a body past this is a broken or hostile server, not a result.
+MAX_RESPONSE_BYTES = 256 * 2**20
 MIN_RETRY_AFTER = 0.25
 MAX_RETRY_AFTER = 30.0
 
@@ -145,16 +158,22 @@ class Replicas:
             return random.choice(healthy)
         return min(self._replicas, key=lambda r: r.down_until)  # all down: try the one that went down first
 
-    async def post(self, path: str, body: dict[str, Any], deadline: Deadline | None = None) -> dict[str, Any]:
-        """The JSON answer of one replica to ``body``; 4xx raise ValueError with the server's message at once.
+    async def post(
+        self,
+        path: str,
+        body: dict[str, Any],
+        deadline: Deadline | None = None,
+        read: Callable[[Any], Any] | None = None,
+    ) -> Any:
+        """The JSON answer of one replica to ``body``, through ``read`` when given (its BadAnswer raises
+        UntrustedAnswerError naming the replica); 4xx raise ValueError with the server's message at once.
         Without a ``deadline`` (the call has no timeout) the request gets the client's timeout for all its
         attempts, counted once it holds an in-flight slot."""
         if self._slots is None:  # made on the loop that uses it (a forked child has another)
             self._slots = asyncio.Semaphore(self._max_in_flight)
         if deadline is None:
             async with self._slots:
-                answer: dict[str, Any] = await self._request("POST", path, body, Deadline.after(self.timeout))
-                return answer
+                return await self._request("POST", path, body, Deadline.after(self.timeout), read=read)
         slots = self._slots  # limit_in_flight may replace it meanwhile: released where acquired
         try:
             await (
@@ -166,13 +185,18 @@ class Replicas:
                 "stayed busy; raise timeout or max_in_flight, or add replicas."
             ) from None
         try:
-            answered: dict[str, Any] = await self._request("POST", path, body, deadline)
-            return answered
+            return await self._request("POST", path, body, deadline, read=read)
         finally:
             slots.release()
 
     async def _request(
-        self, method: str, path: str, body: dict[str, Any] | None, deadline: Deadline, pinned: _Replica | None = None
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None,
+        deadline: Deadline,
+        pinned: _Replica | None = None,
+        read: Callable[[Any], Any] | None = None,
     ) -> Any:
         if deadline.remaining() <= 0:  # spent before this request (the description, an earlier request)
             raise RemoteError(f"The call's timeout of {deadline.seconds:g} s passed before {path} was sent.")
@@ -181,18 +205,23 @@ class Replicas:
         while attempt <= self._max_retries:
             replica = pinned or self._pick()
             remaining = deadline.remaining()
+            client = self._http()
             try:
-                response = await self._http().request(
-                    method,
-                    replica.url + path,
-                    json=body,
-                    timeout=max(remaining, 0.001),
-                    auth=replica.auth or USE_CLIENT_DEFAULT,
-                )
+                request = client.build_request(method, replica.url + path, json=body, timeout=max(remaining, 0.001))
+                response = await client.send(request, auth=replica.auth or USE_CLIENT_DEFAULT, stream=True)
+                try:
+                    content = await _bounded_body(response)
+                finally:
+                    await response.aclose()
             except httpx.TimeoutException:
                 failure = f"{replica.url} timed out after {deadline.seconds:g} s (the call's timeout)"
             except httpx.TransportError as exc:
                 failure = f"could not reach {replica.url} ({type(exc).__name__}: {self._redact(str(exc))})"
+            except _TooLarge:
+                raise UntrustedAnswerError(
+                    f"{replica.url}{path} answered more than {MAX_RESPONSE_BYTES} bytes, the most this client reads "
+                    "of one answer, so its answer is refused."
+                ) from None
             else:
                 if response.status_code in (401, 403):
                     raise self._auth_failed(replica, response)
@@ -210,18 +239,18 @@ class Replicas:
                 if method == "GET" and response.status_code == 404:
                     return None
                 if 400 <= response.status_code < 500:
-                    message = self._redact(_error_message(response))  # a proxy may echo the request headers
+                    message = self._redact(_error_message(content))  # a proxy may echo the request headers
                     raise ValueError(f"{replica.url}{path} rejected the request: {message}")
                 if response.status_code >= 500:
                     failure = f"{replica.url} answered HTTP {response.status_code}"
                 else:
                     try:
-                        payload = response.json()
+                        payload = json.loads(content)
                     except ValueError:
                         failure = f"{replica.url} answered with malformed JSON"
                     else:
                         replica.succeeded()
-                        return payload
+                        return _checked(payload, read, f"{replica.url}{path}")
             replica.failed()
             attempt += 1
             backoff = min(4.0, 0.25 * 2 ** (attempt - 1)) * (0.5 + random.random())
@@ -264,9 +293,38 @@ def retry_after(header: str | None) -> float:
     return min(MAX_RETRY_AFTER, max(MIN_RETRY_AFTER, seconds))
 
 
-def _error_message(response: httpx.Response) -> str:
+class _TooLarge(Exception):
+    """An answer's body is over MAX_RESPONSE_BYTES."""
+
+
+async def _bounded_body(response: httpx.Response) -> bytes:
+    """The body of ``response``, read no further than MAX_RESPONSE_BYTES (_TooLarge past them)."""
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_RESPONSE_BYTES:
+        raise _TooLarge
+    chunks, size = [], 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > MAX_RESPONSE_BYTES:
+            raise _TooLarge
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _checked(payload: Any, read: Callable[[Any], Any] | None, where: str) -> Any:
+    """``payload`` through ``read``, its refusal one sentence naming ``where`` (the replica and path)."""
+    if read is None:
+        return payload
     try:
-        error = response.json().get("error", response.json())
-        return str(error.get("message", error) if isinstance(error, dict) else error)
+        return read(payload)
+    except BadAnswer as exc:
+        raise UntrustedAnswerError(f"{where} answered {exc}, so its answer is refused.") from None
+
+
+def _error_message(content: bytes) -> str:
+    try:
+        answer = json.loads(content)
     except ValueError:
-        return response.text[:200]
+        return content[:200].decode(errors="replace")
+    error = answer.get("error", answer) if isinstance(answer, dict) else answer
+    return str(error.get("message", error) if isinstance(error, dict) else error)

@@ -21,8 +21,9 @@ import asyncio
 import dataclasses
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rbln_retrieval.engines.options import EngineOptions
 from rbln_retrieval.engines.protocol import DESCRIBE_PATH, QUANTIZED_EMBED_PATH
@@ -34,6 +35,7 @@ from rbln_retrieval.remote.replicas import Deadline, RemoteError, Replicas
 from rbln_retrieval.text.tokens import PromptTokenizer
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Bytes a server counts as one token when it bounds queued tokens (rbln_retrieval.server.limits.TOKEN_BYTES), and
 # what a request's body holds beside its inputs (model name, options): both kept clear of the server's bounds.
@@ -41,6 +43,9 @@ TOKEN_BYTES = 4
 BODY_RESERVE = 4096
 # Inputs per request a server takes when its description does not say (the server's documented default).
 MAX_INPUTS_PER_REQUEST = 2048
+# The description's fingerprint of the served weights (rbln_retrieval.models.files): replicas of one model name whose
+# weights differ (two revisions, a fine-tune saved in place) are refused.
+WEIGHTS = "weights"
 
 
 class ReplicaMismatchError(RemoteError):
@@ -84,7 +89,7 @@ class RemoteModel:
         for answer in answers:
             if isinstance(answer, BaseException) and not isinstance(answer, RemoteError):
                 raise answer
-        found = {url: a for url, a in zip(urls, answers) if not isinstance(a, BaseException)}
+        found = {url: self._this_model(url, a) for url, a in zip(urls, answers) if not isinstance(a, BaseException)}
         if not found:
             failed = str(answers[0]).rstrip(".")
             raise RemoteError(
@@ -93,6 +98,16 @@ class RemoteModel:
             )
         check_same_model(found)
         return found
+
+    def _this_model(self, url: str, description: Any) -> Any:
+        """This model's description: a server of several models lists theirs under ``models``."""
+        if not isinstance(description, dict) or not isinstance(description.get("models"), list):
+            return description
+        for served in description["models"]:
+            if isinstance(served, dict) and served.get("model") == self._name:
+                return served
+        names = ", ".join(str(d.get("model")) for d in description["models"] if isinstance(d, dict))
+        raise ModelNotFoundError(f"{url} serves {names}, not {self._name}; pass one of them as the model.")
 
     def _server_family(self, descriptions: dict[str, Any]) -> ModelFamily | None:
         """The family the replicas describe (None: servers without the description route), their tightest limits
@@ -165,47 +180,71 @@ class RemoteModel:
             matryoshka=spec.matryoshka,
         )
 
-    def batches(self, items: list[Any], batch_size: int, reserve: int = 0, what: str = "") -> list[list[Any]]:
+    def batches(
+        self, items: list[Any], batch_size: int, reserve: int = 0, what: str = "", per_item: int = 0
+    ) -> list[list[Any]]:
         """``items`` (texts, or images' conversations) cut into consecutive batches of at most ``batch_size`` (and the
         server's max_inputs_per_request), each request's body (with ``reserve`` bytes of other fields) under the
-        server's max_payload_bytes and max_queued_tokens, JSON escapes counted; an input over them alone is refused
-        before any request, named ``what[i]`` (default: "Input i")."""
+        server's max_payload_bytes and its tokens under max_queued_tokens, JSON escapes counted. ``per_item``: bytes
+        the server's cost counts once more per item (a scoring request's query, tokenized with every document:
+        rbln_retrieval.server.cost). An input over them alone is refused before any request, named ``what[i]``
+        (default: "Input i")."""
         batch_size = min(batch_size, self.limits.get("max_inputs_per_request") or MAX_INPUTS_PER_REQUEST)
-        bounds = [self.limits.get("max_payload_bytes"), (self.limits.get("max_queued_tokens") or 0) * TOKEN_BYTES]
-        budget = min(b for b in bounds if b) - BODY_RESERVE - reserve if any(bounds) else None
+        payload, tokens = self.limits.get("max_payload_bytes"), self.limits.get("max_queued_tokens")
+        budgets = [  # (bytes the body may hold, bytes each item costs beyond its JSON)
+            (bound - BODY_RESERVE - reserve, extra)
+            for bound, extra in ((payload, 0), ((tokens or 0) * TOKEN_BYTES, per_item))
+            if bound
+        ]
         batches: list[list[Any]] = []
-        size = 0
+        sizes = [0] * len(budgets)
         for index, item in enumerate(items):
             item_size = len(json.dumps(item)) + 2  # with ", "
-            if budget is not None and item_size > budget:
-                raise ValueError(
-                    f"{f'{what}[{index}]' if what else f'Input {index}'} is {item_size} bytes as JSON, over the "
-                    f"{budget} bytes a request to this server may hold (its max_payload_bytes and max_queued_tokens); "
-                    f"{'shorten it' if not what else 'shrink the file'} or raise the server's limits."
-                )
-            if not batches or len(batches[-1]) >= batch_size or (budget is not None and size + item_size > budget):
+            for budget, extra in budgets:
+                if item_size + extra > budget:
+                    raise ValueError(
+                        f"{f'{what}[{index}]' if what else f'Input {index}'} is {item_size + extra} bytes as the "
+                        f"server counts it, over the {budget} bytes a request to this server may hold (its "
+                        "max_payload_bytes and max_queued_tokens); "
+                        f"{'shorten it' if not what else 'shrink the file'} or raise the server's limits."
+                    )
+            full = any(size + item_size + extra > budget for size, (budget, extra) in zip(sizes, budgets))
+            if not batches or len(batches[-1]) >= batch_size or full:
                 batches.append([])
-                size = 0
+                sizes = [0] * len(budgets)
             batches[-1].append(item)
-            size += item_size
+            sizes = [size + item_size + extra for size, (_, extra) in zip(sizes, budgets)]
         return batches
+
+    def fit(self, text: str, truncate: object) -> str:
+        """``text`` cut to the server's max_input_chars (which it refuses past) on the side ``truncate`` cuts, as a
+        local engine would keep only the model's max length of it; unchanged for truncate="error" (the server then
+        refuses it, as a local engine refuses a text over the max length)."""
+        limit = self.limits.get("max_input_chars")
+        if not limit or len(text) <= limit or truncate == "error":
+            return text
+        return text[-limit:] if truncate == "start" else text[:limit]
 
     @property
     def _name(self) -> str:
         """The name a server started with this model serves it under: a hub id without its ``@revision``."""
         return self.model if Path(self.model).is_dir() else split_reference(self.model)[0]
 
-    async def post(self, path: str, body: dict[str, Any], deadline: Deadline | None) -> dict[str, Any]:
-        """POST ``body`` for this model to a replica; an answer for another model (vLLM serves whatever it has,
-        whatever the request names) is refused."""
+    async def post(self, path: str, body: dict[str, Any], deadline: Deadline | None, read: Callable[[Any], T]) -> T:
+        """POST ``body`` for this model to a replica, its answer through ``read`` (rbln_retrieval.remote.answers);
+        an answer for another model (vLLM serves whatever it has, whatever the request names) is refused."""
         served = await self._served_id(deadline)
-        answer = await self._replicas.post(path, {"model": served, **body}, deadline)
-        answered_for = answer.get("model") if isinstance(answer, dict) else None
-        if self._listed and isinstance(answered_for, str) and answered_for != served:
-            raise ReplicaMismatchError(
-                f"A replica behind {', '.join(self._replicas.urls)} answered {path} for model {answered_for!r}, but "
-                f"the replicas serve {served!r}; point base_url at replicas of one model."
-            )
+
+        def checked(answer: Any) -> T:
+            answered_for = answer.get("model") if isinstance(answer, dict) else None
+            if self._listed and isinstance(answered_for, str) and answered_for != served:
+                raise ReplicaMismatchError(
+                    f"A replica behind {', '.join(self._replicas.urls)} answered {path} for model {answered_for!r}, "
+                    f"but the replicas serve {served!r}; point base_url at replicas of one model."
+                )
+            return read(answer)
+
+        answer: T = await self._replicas.post(path, {"model": served, **body}, deadline, checked)
         return answer
 
     async def _served_id(self, deadline: Deadline | None) -> str:
@@ -226,10 +265,14 @@ class RemoteModel:
 
 def check_same_model(descriptions: dict[str, Any]) -> None:
     """Raise ReplicaMismatchError when two replicas' descriptions differ in anything but their limits (the model,
-    its family, prompts, dimensions, or any version field a server publishes)."""
+    its family, prompts, dimensions, the fingerprint of its weights, or any version field a server publishes). A
+    description without ``weights`` (a server older than the fingerprint, or one that has none) is compared on the
+    rest."""
     (first, expected), *others = descriptions.items()
     for url, other in others:
         a, b = _identity(expected), _identity(other)
+        if not a.get(WEIGHTS) or not b.get(WEIGHTS):
+            a.pop(WEIGHTS, None), b.pop(WEIGHTS, None)
         if a == b:
             continue
         field = next((k for k in sorted({*a, *b}) if a.get(k) != b.get(k)), "description")

@@ -53,7 +53,11 @@ class OutputsRequest(BaseModel):
 
 
 async def describe(context: Context, _: None) -> dict[str, Any]:
-    return context.models.pick(None, "any").description
+    """The served model's description; a server of several lists theirs under ``models`` (RemoteEngine takes its
+    model's from there)."""
+    if len(context.models) == 1:
+        return context.models.pick(None, "any").description
+    return {"models": [served.description for served in context.models.values()]}
 
 
 async def quantized(context: Context, request: QuantizedRequest) -> dict[str, Any]:

@@ -51,9 +51,6 @@ WATCHDOG_SECONDS = 1.0
 # vLLM's frontend options this server honours; every other non-default frontend option is refused.
 HONOURED = frozenset(
     {
-        "host",
-        "port",
-        "api_key",
         "ssl_keyfile",
         "ssl_certfile",
         "ssl_ca_certs",
@@ -69,7 +66,20 @@ HONOURED = frozenset(
     }
 )
 # Engine options serve sets itself from its own options and the presets: given another value after `--`, refused.
-OURS = frozenset({"model", "model_tag", "served_model_name", "dtype", "max_model_len", "trust_remote_code", "runner"})
+OURS = frozenset(
+    {
+        "host",
+        "port",
+        "api_key",
+        "model",
+        "model_tag",
+        "served_model_name",
+        "dtype",
+        "max_model_len",
+        "trust_remote_code",
+        "runner",
+    }
+)
 
 
 def describe(
@@ -94,8 +104,6 @@ def _served_model(model: str, options: dict[str, Any]) -> tuple[ModelSource, Eng
     opts = EngineOptions(**options)
     source = opts.resolve_source(model, **source_args)
     family = detect_family(source.path, max_length=opts.max_length, family=opts.family)
-    if family.spec.unserved:
-        raise ValueError(f"{model} cannot be served by rbln-retrieval serve: {family.spec.unserved}.")
     check_remote_code(source.path, family, trust_remote_code=opts.trust_remote_code)
     return source, opts, family
 
@@ -191,7 +199,7 @@ def _refuse_vllm_args(message: str) -> NoReturn:
 
 
 def serve(
-    model: str,
+    model: str | Sequence[str],
     *,
     host: str = "127.0.0.1",
     port: int = 8000,
@@ -200,32 +208,61 @@ def serve(
     vllm_args: Sequence[str] = (),
     **options: Any,
 ) -> int:
-    """Run the server in this process until SIGTERM or Ctrl-C; returns the exit code: 0 after a requested stop,
-    ENGINE_DIED when the engine died under it, so that a supervisor restarts it. ``limits`` bound the requests in
-    flight, their queued tokens, a request's size and its upload time (default: Limits())."""
+    """Run the server of ``model`` (one model, or several: each request names its own, served.py) in this process
+    until SIGTERM or Ctrl-C; returns the exit code: 0 after a requested stop, ENGINE_DIED when an engine died under
+    it, so that a supervisor restarts it. Every model runs on the device ``options`` name, with ``options``; each
+    has its own engine. ``limits`` bound the requests in flight, their queued tokens, a request's size and its
+    upload time (default: Limits()). A model that fails to start stops the server before it serves, naming it."""
     api_key = api_key or os.environ.get("RBLN_API_KEY")
     limits = limits if isinstance(limits, Limits) else Limits(**(limits or {}))
-    setup = server_setup(model, limits=limits, host=host, port=port, api_key=api_key, vllm_args=vllm_args, **options)
+    names = [model] if isinstance(model, str) else list(model)
+    setups = [
+        server_setup(name, limits=limits, host=host, port=port, api_key=api_key, vllm_args=vllm_args, **options)
+        for name in names
+    ]
+    _refuse_twice_served(names, setups)
     import uvloop
 
-    # A SIGTERM while the engine starts interrupts the start; once uvicorn runs, it stops the server cleanly.
+    # A SIGTERM while the engines start interrupts the start; once uvicorn runs, it stops the server cleanly.
     signal.signal(signal.SIGTERM, _interrupt_start)
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is the way to stop a foreground server
-        sock = _bind(setup.args.host, setup.args.port)
+        sock = _bind(setups[0].args.host, setups[0].args.port)
+        engines: list[Any] = []
         try:
-            with backend.activated(setup.target, cpu_threads_env() if setup.target != "rbln" else None):
-                engine = start_engine(model, setup)
-            code = uvloop.run(_run_server(engine, setup, limits, sock))
+            for name, setup in zip(names, setups, strict=True):
+                with backend.activated(setup.target, cpu_threads_env() if setup.target != "rbln" else None):
+                    engines.append(_start_named(name, setup, several=len(names) > 1))
+            code = uvloop.run(_run_server(engines, setups, limits, sock))
             if code == ENGINE_DIED:
                 # The dead engine's client can block the interpreter's teardown (its sockets wait on a process that
                 # is gone), so the process leaves at once with its code; a supervisor restarts it.
                 logging.shutdown()
                 os._exit(code)
-            engine.close()
             return code
         finally:
+            for engine in engines:
+                engine.close()
             sock.close()
     return 0
+
+
+def _refuse_twice_served(names: list[str], setups: list[ServerSetup]) -> None:
+    served: dict[str, str] = {}
+    for name, setup in zip(names, setups, strict=True):
+        published = setup.args.served_model_name[0]
+        if published in served:
+            raise ValueError(f"{name} is served as {published!r}, as {served[published]} is: give each model once.")
+        served[published] = name
+
+
+def _start_named(model: str, setup: ServerSetup, *, several: bool) -> Any:
+    """start_engine, its failure naming the model when the server has several."""
+    try:
+        return start_engine(model, setup)
+    except Exception as error:
+        if not several:
+            raise
+        raise ValueError(f"The model {model} did not start, so the server stops: {error}") from error
 
 
 def start_engine(model: str, setup: ServerSetup) -> Any:
@@ -235,14 +272,22 @@ def start_engine(model: str, setup: ServerSetup) -> Any:
     return PoolingEngine(model, **setup.engine_options)
 
 
-def build_served_app(engine: Any, setup: ServerSetup, limits: Limits) -> Any:
-    """app.py's app over ``engine`` as ``setup`` serves it (the same for `serve` and a Ray Serve replica)."""
+def build_served_app(engines: Any, setups: Any, limits: Limits) -> Any:
+    """app.py's app over ``engines`` as ``setups`` serve them (one engine and setup, or lists of each in the same
+    order; the same for `serve` and a Ray Serve replica); the frontend settings are the first setup's."""
     from rbln_retrieval.server.app import build_app
     from rbln_retrieval.server.media import MediaCheck
     from rbln_retrieval.server.served import Served, ServedModels
 
-    args = setup.args
-    models = ServedModels([Served(args.served_model_name[0], engine, setup.description)])
+    if isinstance(setups, ServerSetup):
+        engines, setups = [engines], [setups]
+    args = setups[0].args
+    models = ServedModels(
+        [
+            Served(setup.args.served_model_name[0], engine, setup.description)
+            for engine, setup in zip(engines, setups, strict=True)
+        ]
+    )
     return build_app(
         models,
         limits=limits,
@@ -253,20 +298,20 @@ def build_served_app(engine: Any, setup: ServerSetup, limits: Limits) -> Any:
     )
 
 
-async def _run_server(engine: Any, setup: ServerSetup, limits: Limits, sock: socket.socket) -> int:
-    """uvicorn over the app, and a watchdog that stops it when the engine died."""
+async def _run_server(engines: list[Any], setups: list[ServerSetup], limits: Limits, sock: socket.socket) -> int:
+    """uvicorn over the app, and a watchdog that stops it when an engine died."""
     import uvicorn
 
-    app = build_served_app(engine, setup, limits)
-    server = uvicorn.Server(uvicorn.Config(app, **_uvicorn_options(setup.args)))
-    died = False
+    app = build_served_app(engines, setups, limits)
+    server = uvicorn.Server(uvicorn.Config(app, **_uvicorn_options(setups[0].args)))
+    died: list[str] = []
 
     async def watchdog() -> None:
-        nonlocal died
         while not server.should_exit:
             await asyncio.sleep(WATCHDOG_SECONDS)
-            if engine.errored:
-                died, server.should_exit = True, True
+            died.extend(str(engine.model) for engine in engines if engine.errored)
+            if died:
+                server.should_exit = True
 
     watching = asyncio.create_task(watchdog())
     try:
@@ -274,7 +319,7 @@ async def _run_server(engine: Any, setup: ServerSetup, limits: Limits, sock: soc
     finally:
         watching.cancel()
     if died:
-        logger.error("The engine died; the server stopped and exits with status %d.", ENGINE_DIED)
+        logger.error("The engine of %s died; the server stopped and exits with status %d.", died[0], ENGINE_DIED)
         return ENGINE_DIED
     return 0
 

@@ -3,8 +3,9 @@
 Every route finds its engine here. A request naming a model gets that model (an unknown name is refused naming the
 served ones); a request without a model field (TEI's routes, a Cohere or OpenAI request that leaves it out) gets the
 only served model that can answer the route: the only embedder for embedding routes, the only scorer (a reranker,
-or a bi-encoder scoring by its vectors) for scoring routes; when several could, the request must name one. One model
-is served today; the table is what a server of several models fills.
+or a bi-encoder scoring by its vectors) for scoring routes, and of several scorers the only reranker (a
+cross-encoder), since a rerank request without a model (TEI's /rerank) means the reranker; when several could still
+answer, the request must name one. `rbln-retrieval serve MODEL [MODEL ...]` fills the table with one entry a model.
 
 Imports: engines (protocol), models (families), server (check).
 """
@@ -69,6 +70,9 @@ class ServedModels(Mapping[str, Served]):
                 raise Refused(_cannot(served, role), "wrong_model")
             return served
         able = [served for served in self._models.values() if served.can(role)]
+        if len(able) > 1 and role == "score":
+            rerankers = [served for served in able if served.family.is_cross_encoder]
+            able = rerankers if len(rerankers) == 1 else able
         if len(able) == 1:
             return able[0]
         if not able:

@@ -52,6 +52,16 @@ def test_bundled_bfloat16_is_within_the_promise_of_float32_and_says_its_dtype(bu
     assert np.abs(scores - documents @ queries[0]).max() <= BF16_SCORE
 
 
+def test_amx_fuses_the_bert_blocks_epilogues_in_bfloat16_only(bundled, minilm_engine):
+    """On AMX, MiniLM's 24 BERT blocks (6 layers: the MLP's GELU, its residual add, the attention output's add, the
+    qkv projection) run on oneDNN's packed GEMMs, epilogues inside (graph.host_layers), which the bounds above then
+    hold; float32 keeps the eager blocks, and so does every other CPU class."""
+    from rbln_retrieval import cpu_features
+
+    assert bundled.stats()["fused_blocks"] == (24 if cpu_features.amx() else 0)
+    assert minilm_engine.stats()["fused_blocks"] == 0
+
+
 def test_bundled_equals_stock_in_bfloat16(minilm, bundled):
     with PoolingEngine.shared(minilm, **{**BF16_OPTIONS, "runner": "stock", "engine_kwargs": {}}) as stock:
         assert_bf16_paths_agree(bundled.embed(TEXTS), stock.embed(TEXTS))

@@ -33,6 +33,7 @@ from rbln_retrieval.backend.npu import rbln_runtime
 from rbln_retrieval.backend.npu.artifacts import ArtifactMismatchError
 from rbln_retrieval.cli import main
 from rbln_retrieval.errors import DeviceUnavailableError
+from rbln_retrieval.frameworks.rendezvous import SHARE_ENV
 
 # torch-rbln (an SDK 0.12 package from PyPI) is installed here; rebel-compiler is not.
 NO_RUNTIME = "device='rbln' cannot be used: the RBLN runtime is not installed (rebel-compiler missing)"
@@ -302,11 +303,12 @@ def npu_minilm(npu, standin_rebel):
 # the host): one end-to-end framework test per NPU route proves they reach it, LangChain on the ahead-of-time route,
 # LlamaIndex on the torch.compile route.
 @pytest.mark.parametrize("npu", ["RBLN-CA25"], indirect=True)
-def test_langchain_vector_store_on_the_rbln_target(npu, npu_minilm, minilm_engine):
+def test_langchain_vector_store_on_the_rbln_target(npu, npu_minilm, minilm_engine, monkeypatch):
     from langchain_core.vectorstores import InMemoryVectorStore
 
     from langchain_rbln import RBLNEmbeddings
 
+    monkeypatch.setenv(SHARE_ENV, "0")  # in this process: its simulated NPU exists only here
     embeddings = RBLNEmbeddings(model=str(minilm_path()), **rbln_options(npu))
     assert embeddings.engine.engine is npu_minilm.engine, "equal settings share the rbln engine"
     store = InMemoryVectorStore.from_texts(PASSAGES, embeddings)
@@ -326,7 +328,9 @@ def reference_cross_encoder_scores(tiny_models):
 
 
 @pytest.mark.parametrize("npu", ["RBLN-CR13"], indirect=True)
-def test_llama_index_reranker_on_the_rbln_target(npu, standin_rebel, tiny_models, reference_cross_encoder_scores):
+def test_llama_index_reranker_on_the_rbln_target(
+    npu, standin_rebel, tiny_models, reference_cross_encoder_scores, monkeypatch
+):
     from llama_index.core.schema import NodeWithScore, TextNode
 
     from llama_index.postprocessor.rbln_rerank import RBLNReranker
@@ -334,6 +338,7 @@ def test_llama_index_reranker_on_the_rbln_target(npu, standin_rebel, tiny_models
     path = tiny_models["bert-cross-encoder"]
     nodes = [NodeWithScore(node=TextNode(text=text), score=0.0) for text in PASSAGES]
     engine = start_rbln(path, npu)  # the shared engine the reranker runs on
+    monkeypatch.setenv(SHARE_ENV, "0")  # in this process: its simulated NPU exists only here
     reranker = RBLNReranker(model=str(path), top_n=3, **rbln_options(npu))
     try:
         ranked = reranker.postprocess_nodes(nodes, query_str=QUERY)

@@ -315,7 +315,7 @@ def test_vllm_kernel_host_attention_is_batch_invariant(dtype):
     prompt = 140
     q, k, v = (torch.randn(prompt, 12, 32, dtype=dtype) for _ in range(3))
 
-    def run(before, after):
+    def run(before, after, scratch=None):
         lengths = [*before, prompt, *after]
 
         def others(counts):
@@ -323,7 +323,7 @@ def test_vllm_kernel_host_attention_is_batch_invariant(dtype):
 
         tensors = [torch.cat([*others(before), t, *others(after)]) for t in (q, k, v)]
         starts = torch.tensor(np.concatenate([[0], np.cumsum(lengths)]), dtype=torch.int32)
-        plan = host_attention.kernel_plan(_kernel_shape(dtype, heads=12, kv_heads=12), starts, False)
+        plan = host_attention.kernel_plan(_kernel_shape(dtype, heads=12, kv_heads=12), starts, False, scratch)
         out = torch.empty(sum(lengths), 12, 32, dtype=dtype)
         host_attention.attend(*tensors, plan, False, 32**-0.5, out)
         first = sum(before)
@@ -332,6 +332,12 @@ def test_vllm_kernel_host_attention_is_batch_invariant(dtype):
     alone = run([], [])
     assert torch.equal(alone, run([256, 3, 77], [200] * 20))
     assert torch.equal(alone, run([12] * 50, [31]))
+    # The engine keeps one scratch cache from step to step: a step's blocks then hold an earlier step's keys and
+    # values past its prompts' ends, which must change nothing.
+    scratch = host_attention.ScratchCache()
+    run([256, 3, 77], [200] * 20, scratch)
+    assert torch.equal(alone, run([], [], scratch))
+    assert torch.equal(alone, run([5], [], scratch))
 
 
 def test_a_window_changes_the_result():

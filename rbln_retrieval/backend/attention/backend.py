@@ -31,6 +31,7 @@ import itertools
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numpy as np
 import torch
 from vllm.config import VllmConfig, get_layers_from_vllm_config
 from vllm.model_executor.layers.attention import Attention
@@ -65,6 +66,7 @@ class PackedAttentionMetadataBuilder(AttentionMetadataBuilder[PackedAttentionMet
         bundled = BundledConfig.from_vllm_config(vllm_config)
         self.host = bundled.kernels == "host"
         self.kernel = self._kernel_shape(vllm_config, layer_names, kv_cache_spec) if self.host else None
+        self.scratch = host_attention.ScratchCache()
 
     @staticmethod
     def _kernel_shape(
@@ -118,10 +120,10 @@ class PackedAttentionMetadataBuilder(AttentionMetadataBuilder[PackedAttentionMet
         causal = bool(cm.causal) and not self.encoder_only
         # int32 sequence indices, as vllm-rbln casts them for the NPU.
         seq_ids = torch.full((bucket,), -1, dtype=torch.int32)
-        seq_ids[:real] = torch.repeat_interleave(torch.arange(cm.num_reqs, dtype=torch.int32), query_lens)
+        seq_ids[:real] = torch.from_numpy(np.repeat(np.arange(cm.num_reqs, dtype=np.int32), query_lens.numpy()))
         host: host_attention.HostPlan | host_attention.KernelPlan | None = None
         if self.kernel is not None:
-            host = host_attention.kernel_plan(self.kernel, query_start, causal)
+            host = host_attention.kernel_plan(self.kernel, query_start, causal, self.scratch)
         elif self.host:
             host = host_attention.HostPlan(list(itertools.pairwise(query_start.tolist())))
         return PackedAttentionMetadata(bucket, real, causal, seq_ids, host)

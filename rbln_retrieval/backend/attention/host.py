@@ -8,13 +8,15 @@ in one fixed order: results stay batch-invariant. Elsewhere (AVX2 CPUs, a head s
 through its own call of torch's fused attention (``HostPlan``), which is batch-invariant too: a text's vector never
 depends on the other prompts of its step.
 
-May import: the standard library, torch, ``rbln_retrieval.cpu_features``, ``vllm_compat`` (vLLM's CPU attention ops).
+May import: the standard library, numpy, torch, ``rbln_retrieval.cpu_features``, ``vllm_compat`` (vLLM's CPU
+attention ops).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from rbln_retrieval import cpu_features
@@ -65,34 +67,64 @@ def kernel_fits(head_size: int, dtype: torch.dtype) -> bool:
     return cpu_features.avx512() and head_size % 16 == 0 and dtype in (torch.float32, torch.bfloat16)
 
 
-def kernel_plan(shape: KernelShape, query_start_loc: torch.Tensor, causal: bool) -> KernelPlan:
-    """The step's kernel plan from vLLM's ``query_start_loc`` (prompts contiguous from token 0, no KV context)."""
-    starts = query_start_loc.to(torch.int32)
-    seq_lens = starts[1:] - starts[:-1]
+class ScratchCache:
+    """The kernel's key/value cache, kept from step to step: zeroed when it grows, then each step writes its
+    prompts' slots. A block's slots past its prompt's end keep finite values of earlier steps, which the kernel
+    masks out (their softmax weight is exactly 0), so results equal those of a fresh zeroed cache per step, without
+    allocating and zeroing megabytes at every step."""
+
+    def __init__(self) -> None:
+        self.buffer: torch.Tensor | None = None
+
+    def take(self, blocks: int, shape: KernelShape) -> torch.Tensor:
+        if self.buffer is None or self.buffer.shape[0] < blocks:
+            self.buffer = torch.zeros(blocks, shape.kv_heads, shape.block_size, 2 * shape.head_size, dtype=shape.dtype)
+        return self.buffer[:blocks]
+
+
+def kernel_plan(
+    shape: KernelShape, query_start_loc: torch.Tensor, causal: bool, scratch: ScratchCache | None = None
+) -> KernelPlan:
+    """The step's kernel plan from vLLM's ``query_start_loc`` (prompts contiguous from token 0, no KV context).
+    The index arithmetic runs in numpy: a handful of small arrays, not worth torch's parallel regions."""
+    starts = query_start_loc.numpy().astype(np.int32)
+    seq_lens = np.diff(starts)
     block_size = shape.block_size
     blocks = (seq_lens + block_size - 1) // block_size
-    first_block = torch.zeros_like(blocks)
-    torch.cumsum(blocks[:-1], 0, out=first_block[1:])
-    block_table = first_block[:, None] + torch.arange(int(blocks.max()), dtype=torch.int32)[None, :]
+    first_block = np.zeros_like(blocks)
+    np.cumsum(blocks[:-1], out=first_block[1:])
+    block_table = first_block[:, None] + np.arange(int(blocks.max()), dtype=np.int32)[None, :]
     tokens = int(starts[-1])
     # Token j of prompt r sits at slot j of its prompt's blocks, which follow one another.
-    shift = torch.repeat_interleave(first_block.long() * block_size - starts[:-1].long(), seq_lens.long())
-    slot_mapping = torch.arange(tokens, dtype=torch.int64) + shift
+    shift = np.repeat(first_block.astype(np.int64) * block_size - starts[:-1], seq_lens)
+    slot_mapping = np.arange(tokens, dtype=np.int64) + shift
+    starts_t, seq_lens_t = torch.from_numpy(starts), torch.from_numpy(seq_lens)
     metadata = vllm_compat.cpu_attention_ops().cpu_attn_get_scheduler_metadata(
-        num_reqs=seq_lens.numel(),
+        num_reqs=seq_lens.size,
         num_heads=shape.heads,
         num_kv_heads=shape.kv_heads,
         head_dim=shape.head_size,
-        seq_lens=seq_lens,
+        seq_lens=seq_lens_t,
         dtype=shape.dtype,
-        query_start_loc=starts,
+        query_start_loc=starts_t,
         causal=causal,
         sliding_window_size=shape.window,
         isa=shape.isa,
         enable_kv_split=False,  # a split sums a query's keys in an order that depends on the rest of the step
     )
-    cache = torch.zeros(int(blocks.sum()), shape.kv_heads, block_size, 2 * shape.head_size, dtype=shape.dtype)
-    return KernelPlan(starts, seq_lens, block_table, slot_mapping, metadata, cache, tokens, causal, shape.isa)
+    total = int(blocks.sum())
+    cache = (scratch or ScratchCache()).take(total, shape)
+    return KernelPlan(
+        starts_t,
+        seq_lens_t,
+        torch.from_numpy(block_table),
+        torch.from_numpy(slot_mapping),
+        metadata,
+        cache,
+        tokens,
+        causal,
+        shape.isa,
+    )
 
 
 def kernel_attention(

@@ -21,7 +21,7 @@ import logging
 import types
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import torch
@@ -42,7 +42,7 @@ from rbln_retrieval.backend.graph.compile import (
     strict_errors,
 )
 from rbln_retrieval.backend.graph.dual_encoder import VisionGraphs, pad_width, step_inputs, text_step
-from rbln_retrieval.backend.graph.host_layers import write_in_place
+from rbln_retrieval.backend.graph.host_layers import fuse_epilogues, write_in_place
 from rbln_retrieval.backend.graph.pooling import TaskHead, decompose, pooling_weights
 from rbln_retrieval.backend.npu import artifacts, rbln_runtime
 from rbln_retrieval.backend.step import rows
@@ -55,6 +55,7 @@ from rbln_retrieval.backend.vllm_compat import (
     int32_embedding_indices,
     route_vision_tower,
     static_graph_loading,
+    unpacked_weights_kept,
     whole_head_rotary,
 )
 
@@ -97,7 +98,9 @@ class BundledModelRunner(CPUModelRunner):
         self.compile_backend: RecordingBackend | None = None
         self._graph_breaks_at_start = 0
         self.cache_reused = False
+        self._compile_lock: IO[bytes] | None = None  # held from the first look at the cache to the manifest's write
         self.in_place_blocks = 0
+        self.fused_blocks = 0  # of those, blocks on oneDNN's packed GEMMs, GELU or residual add fused (AMX, bf16)
         self.dual: DualEncoderText | None = None  # traced image-text models: the text tower's step
         self.vision: VisionGraphs | None = None  # and the vision tower's graphs
 
@@ -108,6 +111,9 @@ class BundledModelRunner(CPUModelRunner):
                 super().load_model(load_dummy_weights)
             int32_embedding_indices(self.model)
             whole_head_rotary(self.model)
+        elif self.bundled.kernels == "host" and fuse_epilogues(self.model_config.dtype):
+            with unpacked_weights_kept():
+                super().load_model(load_dummy_weights)
         else:
             super().load_model(load_dummy_weights)
         if not self.is_pooling_model:
@@ -132,13 +138,16 @@ class BundledModelRunner(CPUModelRunner):
             ratio = rows.attention_ratio(self.model_config.hf_text_config)
             self.costs = rows.Costs(ratio, self.bundled.step_cost_tokens)
         if self.bundled.kernels == "host":
-            self.in_place_blocks = write_in_place(self.model)
+            fuse = fuse_epilogues(self.model_config.dtype)
+            self.in_place_blocks, self.fused_blocks = write_in_place(self.model, fuse)
         self._graph = self._forward_and_pool
         if self.bundled.traced:
             rbln = self.bundled.target == "rbln"
             if rbln:
                 rbln_runtime.contiguous_weights(self.model)
             self.compile_backend, chosen = recording_backend(self.bundled, _process_groups() if rbln else None)
+            # Another process compiling this key finishes first; then its artifacts are loaded here, not rebuilt.
+            self._compile_lock = artifacts.compile_lock(self.bundled.cache_dir())
             # The engine's start already refused a manifest pinned to another NPU, SDK or snapshot.
             self.cache_reused = artifacts.read(self.bundled.cache_dir()) is not None
             if rbln and self.route == "torch.compile":
@@ -326,6 +335,9 @@ class BundledModelRunner(CPUModelRunner):
                 rbln_runtime.save_compile_bundle(cache_dir)
             pins = artifacts.pins_for(self.bundled) if self.bundled.target == "rbln" else None
             artifacts.write(cache_dir, self.bundled.labels, self.compile_backend.graphs, pins)
+            if self._compile_lock is not None:
+                self._compile_lock.close()
+                self._compile_lock = None
 
     def stats(self) -> dict[str, Any]:
         graphs = self.compile_backend.graphs if self.compile_backend is not None else []
@@ -335,6 +347,7 @@ class BundledModelRunner(CPUModelRunner):
             "target": self.bundled.target,
             "kernels": self.bundled.kernels,
             "in_place_blocks": self.in_place_blocks,
+            "fused_blocks": self.fused_blocks,
             "buckets": self.bundled.labels,
             "steps": c.steps,
             "steps_per_bucket": dict(sorted(c.steps_per_bucket.items())),

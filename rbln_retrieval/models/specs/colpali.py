@@ -82,10 +82,4 @@ SPEC = FamilySpec(
     ),
     images=True,
     bundled_model=BUNDLED_MODEL,
-    # vLLM's server sets up its dense embedding routes for every pooling model and stops at start on a model with
-    # token vectors only; RemoteEngine has no multi-vector image call to send pages through either.
-    unserved=(
-        "vLLM's server cannot start its embedding routes on a model that gives token vectors only, and "
-        "RemoteEngine sends no ColPali pages; run it in-process with PoolingEngine"
-    ),
 )

@@ -59,10 +59,12 @@ RULES = (
          "ours: token slots padded to 64 so the device's tiles are full; no check in the SDK's code (optimum pads "
          "to max_seq_len, whatever it is)"),
     Rule("no-bool-inversion", PACKAGE, "~ on a bool mask",
-         "ours: listed as disliked in notes on Rebellions' repos (masks built as 1.0 - mask there); no source "
-         "in the 0.12 wheels"),
-    Rule("no-0d-reduction", PACKAGE, "a reduction to a 0-d tensor", "ours: as no-bool-inversion"),
-    Rule("no-zero-size", PACKAGE, "a zero-size tensor", "ours: as no-bool-inversion"),
+         "ours: no documented limit; optimum-rbln's own graphs avoid it (grounding_dino_architecture.py:354, "
+         "'RBLN FIX, change from ~ to 1.0 -')"),
+    Rule("no-0d-reduction", PACKAGE, "a reduction to a 0-d tensor",
+         "ours: a conservative choice for a static-shape compiler; no source in the 0.12 wheels"),
+    Rule("no-zero-size", PACKAGE, "a zero-size tensor",
+         "ours: a conservative choice for a static-shape compiler; no source in the 0.12 wheels"),
 )
 BY_NAME = {rule.name: rule for rule in RULES}
 _override: list[str] = []

@@ -1,0 +1,145 @@
+"""`rbln-retrieval serve` of several models: an embedder, a cross-encoder and a SPLADE model (tiny random-weight
+ones) behind one server start. Every dialect's routes dispatch by the request's ``model`` (a rerank without one goes
+to the only reranker) and answer what each model's local engine answers; /v1/models and the description list the
+three; RemoteEngine and the framework classes pick their model on the server by ``model``; a model that cannot be
+served stops `serve` before it starts, in one sentence naming it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import httpx
+import numpy as np
+import pytest
+from servers import Server
+
+from rbln_retrieval import PoolingEngine, get_engine
+from rbln_retrieval.engines.protocol import DESCRIBE_PATH, OUTPUTS_PATH
+
+pytestmark = pytest.mark.server
+
+TEXTS = ["a cat sat on the mat", "stocks fell sharply today", "the weather is mild"]
+QUERY = "a cat"
+CPU = {"device": "cpu", "dtype": "float32"}
+
+
+@pytest.fixture(scope="module")
+def models(tiny_models) -> dict[str, str]:
+    return {
+        role: str(tiny_models[name])
+        for role, name in (("embedder", "bert-cls"), ("reranker", "bert-cross-encoder"), ("splade", "splade"))
+    }
+
+
+@pytest.fixture(scope="module")
+def local(models, tiny_engine):
+    """Each model's local engine, as the server runs it (float32, CPU)."""
+    engines = {
+        "embedder": tiny_engine,
+        "reranker": PoolingEngine.shared(models["reranker"], **CPU),
+        "splade": PoolingEngine.shared(models["splade"], **CPU),
+    }
+    yield engines
+    engines["reranker"].close()
+    engines["splade"].close()
+
+
+@pytest.fixture(scope="module")
+def server(models, tmp_path_factory):
+    server = Server(list(models.values()), tmp_path_factory.mktemp("multi") / "serve.log")
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()
+
+
+def _post(server: Server, path: str, body: dict) -> httpx.Response:
+    return httpx.post(server.url + path, json=body, timeout=120)
+
+
+def test_the_models_are_listed_and_described(server, models):
+    listed = httpx.get(server.url + "/v1/models", timeout=60).json()
+    assert [row["id"] for row in listed["data"]] == list(models.values())
+    described = httpx.get(server.url + DESCRIBE_PATH, timeout=60).json()
+    assert [d["model"] for d in described["models"]] == list(models.values())
+    assert [d["family"]["name"] for d in described["models"]][1:] == ["cross-encoder", "splade"]
+
+
+def test_each_dialect_dispatches_by_model_to_that_models_engine(server, models, local):
+    embedder, reranker, splade = models["embedder"], models["reranker"], models["splade"]
+    want = local["embedder"].embed(TEXTS, instruction="")
+    openai = _post(server, "/v1/embeddings", {"model": embedder, "input": TEXTS}).json()
+    np.testing.assert_array_equal(np.array([r["embedding"] for r in openai["data"]], dtype=np.float32), want)
+    assert openai["model"] == embedder
+    cohere = _post(server, "/v2/embed", {"model": embedder, "texts": TEXTS, "input_type": "search_document"}).json()
+    np.testing.assert_array_equal(
+        np.array(cohere["embeddings"]["float"], dtype=np.float32), local["embedder"].embed(TEXTS)
+    )
+
+    scores = local["reranker"].score(QUERY, TEXTS)
+    ranked = local["reranker"].rerank(QUERY, TEXTS)
+    jina = _post(server, "/v1/rerank", {"model": reranker, "query": QUERY, "documents": TEXTS}).json()
+    assert [(r["index"], r["relevance_score"]) for r in jina["results"]] == ranked
+    cohere = _post(server, "/v2/rerank", {"model": reranker, "query": QUERY, "documents": TEXTS}).json()
+    assert [(r["index"], r["relevance_score"]) for r in cohere["results"]] == ranked
+    tei = _post(server, "/rerank", {"query": QUERY, "texts": TEXTS}).json()  # no model: the only reranker
+    assert [(r["index"], r["score"]) for r in tei] == ranked
+    score = _post(server, "/score", {"model": reranker, "queries": QUERY, "documents": TEXTS}).json()
+    assert [row["score"] for row in score["data"]] == scores
+
+    sparse = _post(server, OUTPUTS_PATH, {"model": splade, "input": TEXTS, "output": "sparse"}).json()
+    for row, expected in zip(sparse["data"], local["splade"].embed(TEXTS, output="sparse"), strict=True):
+        got = dict(zip(row["sparse"]["indices"], row["sparse"]["values"], strict=True))
+        assert got == pytest.approx(expected, abs=0), "SPLADE's weights as its local engine gives them"
+
+
+def test_a_request_that_names_no_model_or_the_wrong_one_is_refused_in_one_sentence(server, models):
+    ambiguous = _post(server, "/embed", {"inputs": TEXTS})  # TEI: two models embed
+    assert ambiguous.status_code in (400, 422), ambiguous.text
+    assert "Several served models" in ambiguous.text and models["splade"] in ambiguous.text
+    unknown = _post(server, "/v1/embeddings", {"model": "nobody/else", "input": TEXTS})
+    assert unknown.status_code == 404 and "is not served here" in unknown.text
+    reranker = _post(server, "/v1/embeddings", {"model": models["reranker"], "input": TEXTS})
+    assert 400 <= reranker.status_code < 500 and "reranker" in reranker.text
+
+
+def test_remote_engines_and_framework_classes_pick_their_model_by_name(server, models, local):
+    from langchain_rbln import RBLNEmbeddings
+    from llama_index.postprocessor.rbln_rerank import RBLNReranker
+
+    with get_engine(models["embedder"], base_url=server.url) as remote:
+        np.testing.assert_array_equal(remote.embed(TEXTS), local["embedder"].embed(TEXTS))
+    with get_engine(models["reranker"], base_url=server.url) as remote:
+        assert remote.rerank(QUERY, TEXTS) == local["reranker"].rerank(QUERY, TEXTS)
+    with get_engine(models["splade"], base_url=server.url) as remote:  # its own description of the three
+        assert (remote.family.name, remote.dimension) == ("splade", local["splade"].dimension)
+    embeddings = RBLNEmbeddings(model=models["embedder"], base_url=server.url)
+    assert embeddings.embed_documents(TEXTS) == local["embedder"].embed(TEXTS).tolist()
+    from llama_index.core.schema import NodeWithScore, TextNode
+
+    nodes = [NodeWithScore(node=TextNode(text=text), score=0.0) for text in TEXTS]
+    best = RBLNReranker(model=models["reranker"], base_url=server.url, top_n=1).postprocess_nodes(
+        nodes, query_str=QUERY
+    )
+    index, score = local["reranker"].rerank(QUERY, TEXTS)[0]
+    assert (best[0].node.get_content(), best[0].score) == (TEXTS[index], pytest.approx(score, abs=0))
+    with pytest.raises(Exception, match=r"serves .* not .*; pass one of them as the model"):
+        get_engine("/no/such/model", base_url=server.url, family="bi-encoder").embed(TEXTS)
+
+
+def test_a_model_that_cannot_be_served_stops_serve_naming_it(models, tmp_path):
+    not_a_model = tmp_path / "not-a-model"
+    not_a_model.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "rbln_retrieval.cli", "serve", models["embedder"], str(not_a_model), "--device", "cpu"],
+        capture_output=True,
+        text=True,
+        env={**os.environ},
+        timeout=600,
+    )
+    assert done.returncode == 1, done.stderr
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("rbln-retrieval: error:")]
+    assert str(not_a_model) in line

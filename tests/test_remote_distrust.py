@@ -1,0 +1,163 @@
+"""RemoteEngine distrusts the server (fake servers of tests/http_fakes.py, no engine): an answer whose indices repeat
+or miss, whose vectors have another width or dtype than asked (the quantized route included), whose scores are not
+numbers, or whose body is over the client's bound is refused in one sentence naming the replica; replicas whose
+weights differ are refused, a server without the fingerprint is not; an input over the server's max_input_chars is
+cut as the call's truncation side says instead of meeting HTTP 413, and a scoring call counts its query once per
+document, as the server's cost does, so a long query with many documents is split. Fast: seconds in all."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+from http_fakes import E5_FAMILY, FakeModelServer, described, vector_of
+
+from rbln_retrieval.engines.protocol import QUANTIZED_EMBED_PATH
+from rbln_retrieval.remote import RemoteEngine, ReplicaMismatchError, replicas
+from rbln_retrieval.remote.replicas import UntrustedAnswerError
+from rbln_retrieval.server.cost import TOKEN_BYTES, request_cost
+
+CROSS = {**E5_FAMILY, "name": "cross-encoder", "hidden_size": 0, "query_prompt": "", "document_prompt": ""}
+
+
+def one_sentence(error: BaseException) -> str:
+    message = str(error)
+    assert "\n" not in message and message.endswith("."), message
+    return message
+
+
+def repeat_first_index(path: str, answer: dict[str, Any]) -> dict[str, Any]:
+    answer["data"][1]["index"] = 0  # index 0 twice, index 1 never: the probe of issue 56
+    return answer
+
+
+def short_second_row(path: str, answer: dict[str, Any]) -> dict[str, Any]:
+    answer["data"][1]["embedding"] = base64.b64encode(np.zeros(3, dtype="<f4").tobytes()).decode()
+    return answer
+
+
+def drop_last_row(path: str, answer: dict[str, Any]) -> dict[str, Any]:
+    answer["data"].pop()
+    return answer
+
+
+def index_out_of_range(path: str, answer: dict[str, Any]) -> dict[str, Any]:
+    answer["data"][0]["index"] = 7
+    return answer
+
+
+def float_rows_for_a_quantized_call(path: str, answer: dict[str, Any]) -> dict[str, Any]:
+    """The quantized route answering float32 rows (NaN among them) and naming float32 as their dtype."""
+    rows = np.full((len(answer["data"]), 4), np.nan, dtype="<f4")
+    answer["data"] = [{"index": i, "embedding": base64.b64encode(r.tobytes()).decode()} for i, r in enumerate(rows)]
+    return {**answer, "dtype": "float32"}
+
+
+def wide_quantized_rows(path: str, answer: dict[str, Any]) -> dict[str, Any]:
+    for row in answer["data"]:
+        row["embedding"] = base64.b64encode(np.zeros(9, dtype=np.int8).tobytes()).decode()
+    return answer
+
+
+def score_as_text(path: str, answer: dict[str, Any]) -> dict[str, Any]:
+    answer["data"][2]["score"] = "0.9"
+    return answer
+
+
+LIES = {
+    "an index twice": (repeat_first_index, "answered index 0 twice and no index 1, so its answer is refused."),
+    "a short vector": (short_second_row, "answered a vector of 12 bytes for input 1, where 4 float32 values were"),
+    "a missing row": (drop_last_row, "answered 2 results for 3 inputs, so its answer is refused."),
+    "an index past the inputs": (index_out_of_range, "answered a result with index 7, outside 0 to 2, so its"),
+}
+
+
+@pytest.mark.parametrize("lie", sorted(LIES))
+def test_a_lying_embeddings_answer_is_refused_naming_the_replica(lie):
+    edit, expected = LIES[lie]
+    with FakeModelServer(described(), edit=edit) as server:
+        with RemoteEngine("e5-fake", base_url=server.url) as remote, pytest.raises(UntrustedAnswerError) as failure:
+            remote.embed(["a", "b", "c"])
+    message = one_sentence(failure.value)
+    assert message.startswith(f"{server.url}/v1/embeddings ") and expected in message, message
+    assert len(server.bodies) == 1, "a lying answer is refused, not retried"
+
+
+def test_the_quantized_route_is_read_in_the_dtype_asked_not_the_one_the_server_names():
+    quantizing = {**described(), "quantized_embeddings": QUANTIZED_EMBED_PATH}
+    with FakeModelServer(quantizing) as server, RemoteEngine("e5-fake", base_url=server.url) as remote:
+        codes = remote.embed(["a b", "cd"], precision="ubinary")
+    assert codes.dtype == np.uint8 and codes.shape == (2, 1)
+    bits = [np.packbits(np.asarray(vector_of(f"passage: {t}")) > 0)[0] for t in ("a b", "cd")]
+    np.testing.assert_array_equal(codes[:, 0], bits)
+    for edit, expected in (
+        (float_rows_for_a_quantized_call, "answered dtype 'float32' for precision 'binary', which is int8, so its"),
+        (wide_quantized_rows, "answered a vector of 9 bytes for input 0, where 1 int8 values were asked, so its"),
+    ):
+        with FakeModelServer(quantizing, edit=edit) as server, RemoteEngine("e5-fake", base_url=server.url) as remote:
+            with pytest.raises(UntrustedAnswerError) as failure:
+                remote.embed(["a", "b"], precision="binary")
+        message = one_sentence(failure.value)
+        assert message.startswith(f"{server.url}{QUANTIZED_EMBED_PATH} ") and expected in message, message
+
+
+def test_a_score_that_is_not_a_number_is_refused_naming_the_replica():
+    with FakeModelServer(described(CROSS), edit=score_as_text) as server:
+        with RemoteEngine("e5-fake", base_url=server.url) as remote, pytest.raises(UntrustedAnswerError) as failure:
+            remote.rerank("q", ["a", "b", "c"])
+    assert one_sentence(failure.value) == (
+        f"{server.url}/score answered '0.9' as the score of input 2, not a number, so its answer is refused."
+    )
+
+
+def test_an_answer_over_the_clients_bound_is_refused_unread(monkeypatch):
+    monkeypatch.setattr(replicas, "MAX_RESPONSE_BYTES", 4096)
+    with FakeModelServer(described()) as server:
+        with RemoteEngine("e5-fake", base_url=server.url) as remote:
+            assert remote.embed(["a"] * 3).shape == (3, 4), "an answer under the bound is read"
+            server.edit = lambda path, answer: {**answer, "padding": "x" * 5000}
+            with pytest.raises(UntrustedAnswerError) as failure:
+                remote.embed(["b"])
+    assert one_sentence(failure.value) == (
+        f"{server.url}/v1/embeddings answered more than 4096 bytes, the most this client reads of one answer, so its "
+        "answer is refused."
+    )
+
+
+def test_replicas_with_different_weights_are_refused_and_servers_without_the_fingerprint_are_not():
+    with (
+        FakeModelServer({**described(), "weights": "3f2a9c"}) as first,
+        FakeModelServer({**described(), "weights": "77d01e"}) as second,
+    ):
+        with RemoteEngine("e5-fake", base_url=[first.url, second.url]) as remote:
+            with pytest.raises(ReplicaMismatchError) as failure:
+                remote.embed(["a"])
+    assert f"{first.url} has weights='3f2a9c' but {second.url} has '77d01e'" in one_sentence(failure.value)
+    assert first.bodies == second.bodies == []
+    with FakeModelServer({**described(), "weights": "3f2a9c"}) as new, FakeModelServer(described()) as old:
+        with RemoteEngine("e5-fake", base_url=[new.url, old.url]) as remote:
+            assert remote.embed(["a"]).shape == (1, 4)
+
+
+def test_an_input_over_the_servers_max_input_chars_is_cut_on_the_truncation_side():
+    text = "".join(f"{i:04d}" for i in range(500))  # 2,000 characters
+    with FakeModelServer(described(max_input_chars=100)) as server:
+        with RemoteEngine("e5-fake", base_url=server.url) as remote:
+            remote.embed([text])
+            remote.embed([text], truncate="start")
+    assert server.inputs()[:2] == [("passage: " + text)[:100], text[-100:]]
+
+
+def test_a_long_query_with_many_documents_is_split_as_the_server_counts_it():
+    """The server's max_queued_tokens holds 8,000 bytes; a 1,000-byte query with forty 50-byte documents is 42,000
+    bytes as the server counts it (the query once per document), though its body is 3,000."""
+    query, documents = "q" * 1000, [f"document {i:02d} " + "d" * 38 for i in range(40)]
+    with FakeModelServer(described(CROSS, max_queued_tokens=2000)) as server:
+        with RemoteEngine("e5-fake", base_url=server.url) as remote:
+            assert remote.score(query, documents) == [0.5] * 40
+    sent = [json.dumps({"model": "e5-fake", **body}).encode() for body in server.bodies]
+    assert len(sent) > 5 and sorted(d for body in server.bodies for d in body["documents"]) == documents
+    assert all(request_cost("/score", body).tokens <= 2000 for body in sent), [len(b) // TOKEN_BYTES for b in sent]

@@ -1,0 +1,198 @@
+"""One engine per model and options across an app's processes (rbln_retrieval/frameworks/attach.py): four worker
+processes of RBLNEmbeddings run on one engine, started once, with the in-process engine's vectors; the holder's
+death costs each of them one retried call; a holder that does not answer is named in one sentence.
+
+The processes share on the host through the opt-in (RBLN_SHARE_ENGINES=1): on a simulated NPU every worker and
+the holder would pay the stand-in compiler's graphs, and the sharing itself does not depend on the device (the
+device only decides whether it is on by default: test_the_default_follows_the_device).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rbln_retrieval import PoolingEngine, get_engine
+from rbln_retrieval.frameworks import attach
+from rbln_retrieval.frameworks.rendezvous import SHARE_ENV, EngineFiles
+
+TEXTS = ["Paris is the capital of France.", "An NPU is a neural processing unit.", "Berlin is in Germany."]
+OPTIONS = {"device": "cpu", "dtype": "float32"}  # minilm_engine's: the in-process reference
+WORKERS = 4
+DEADLINE = 900.0  # seconds a worker may take to answer (an engine start on a loaded 2-core machine)
+
+# A worker of an app: one RBLNEmbeddings, a call per line on stdin ("embed"), one JSON line back per call.
+WORKER = textwrap.dedent(
+    """
+    import json, os, sys
+    from langchain_rbln import RBLNEmbeddings
+
+    embeddings = RBLNEmbeddings(model=sys.argv[1], device="cpu", dtype="float32")
+    print(json.dumps({"ready": os.getpid()}), flush=True)
+    for line in sys.stdin:
+        vectors = embeddings.embed_documents(json.loads(line))
+        holder = embeddings.engine.engine.holder_pid
+        print(json.dumps({"vectors": vectors, "holder": holder}), flush=True)
+    embeddings.close()
+    """
+)
+
+
+@pytest.fixture
+def run_dir(tmp_path_factory, monkeypatch) -> Path:
+    # A short path of its own: a Unix socket's address is at most 108 bytes.
+    runtime = Path(tmp_path_factory.mktemp("run"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    monkeypatch.setenv(SHARE_ENV, "1")
+    return runtime / "rbln-retrieval"
+
+
+@pytest.fixture
+def starts(tmp_path, monkeypatch) -> Iterator[Path]:
+    """This test's own engine-start log for its processes, added to the suite's budget log afterwards."""
+    log = tmp_path / "starts.log"
+    suite_log = os.environ.get("RBLN_TEST_ENGINE_STARTS")
+    monkeypatch.setenv("RBLN_TEST_ENGINE_STARTS", str(log))
+    yield log
+    if suite_log and log.exists():
+        with open(suite_log, "a", encoding="utf-8") as out:
+            out.write(log.read_text(encoding="utf-8"))
+
+
+def _engine_starts(log: Path) -> int:
+    return len(log.read_text(encoding="utf-8").splitlines()) if log.exists() else 0
+
+
+class Workers:
+    """The app's worker processes, each answering one line per request."""
+
+    def __init__(self, model: str, script: Path, count: int):
+        self.processes = [
+            subprocess.Popen(
+                [sys.executable, str(script), model],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(count)
+        ]
+        self.pool = ThreadPoolExecutor(count)
+        self.read_all()  # each has built its RBLNEmbeddings
+
+    def read_all(self) -> list[dict]:
+        lines = [self.pool.submit(process.stdout.readline) for process in self.processes]
+        answers = [line.result(timeout=DEADLINE) for line in lines]
+        assert all(answers), "a worker exited"
+        return [json.loads(answer) for answer in answers]
+
+    def embed_all(self, texts: list[str]) -> list[dict]:
+        for process in self.processes:  # all at once: the holder serves them concurrently
+            process.stdin.write(json.dumps(texts) + "\n")
+            process.stdin.flush()
+        return self.read_all()
+
+    def close(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.stdin.close()
+        for process in self.processes:
+            try:
+                process.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        self.pool.shutdown()
+
+
+def _files(run_dir: Path) -> EngineFiles:
+    (holder,) = run_dir.glob("*.holder")
+    return EngineFiles(holder.with_suffix(""))
+
+
+def _wait_until_gone(files: EngineFiles) -> None:
+    deadline = time.monotonic() + DEADLINE
+    while files.holder_alive():
+        assert time.monotonic() < deadline, "the holder did not exit"
+        time.sleep(0.2)
+
+
+def test_four_workers_share_one_engine_and_survive_its_holders_death(
+    minilm, minilm_engine, run_dir, starts, tmp_path, monkeypatch
+):
+    expected = minilm_engine.embed(TEXTS)
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER, encoding="utf-8")
+    workers = Workers(str(minilm), script, WORKERS)
+    try:
+        first = workers.embed_all(TEXTS)
+        assert _engine_starts(starts) == 1, "four workers, one engine start"
+        holder = {answer["holder"] for answer in first}
+        assert len(holder) == 1, f"the workers attached to different holders: {holder}"
+        for answer in first:
+            np.testing.assert_array_equal(np.asarray(answer["vectors"], dtype=np.float32), expected)
+        files = _files(run_dir)
+
+        # A holder that stops answering is named, with the fixes, once the wait for it runs out.
+        (pid,) = holder
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            monkeypatch.setattr(attach, "ATTACH_TIMEOUT_SECONDS", 0.0)
+            monkeypatch.setattr(attach, "PING_TIMEOUT_SECONDS", 0.5)
+            with pytest.raises(
+                RuntimeError, match=rf"held by process {pid} \(`\S*python\S* -m rbln_retrieval\.frameworks\.holder "
+            ) as error:
+                get_engine(minilm, **OPTIONS)
+            assert f"{SHARE_ENV}=0" in str(error.value) and "rbln-retrieval serve" in str(error.value)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+        # The holder dies: each worker's next call attaches again (one of them starts the next holder) and is
+        # answered, equal as before.
+        os.kill(pid, signal.SIGKILL)
+        _wait_until_gone(files)
+        second = workers.embed_all(TEXTS)
+        assert _engine_starts(starts) == 2, "one restart for the four workers"
+        successor = {answer["holder"] for answer in second}
+        assert len(successor) == 1 and successor != holder
+        for answer in second:
+            np.testing.assert_array_equal(np.asarray(answer["vectors"], dtype=np.float32), expected)
+    finally:
+        workers.close()
+    _wait_until_gone(files)  # the last worker gone, the holder exits by itself
+    assert not files.socket.exists() and files.read_info() is None
+
+
+def test_a_holders_failed_start_raises_the_in_process_error(run_dir, tmp_path):
+    not_a_model = tmp_path / "not-a-model"
+    not_a_model.mkdir()
+    with pytest.raises(Exception) as in_process:
+        PoolingEngine(not_a_model, **OPTIONS)
+    with pytest.raises(type(in_process.value)) as attached:
+        get_engine(not_a_model, **OPTIONS)
+    assert str(attached.value) == str(in_process.value)
+    assert not _files(run_dir).holder_alive()
+
+
+def test_the_default_follows_the_device(monkeypatch):
+    monkeypatch.delenv(SHARE_ENV, raising=False)
+    assert attach.shares_across_processes({"device": "rbln"}), "opt-out on an NPU"
+    assert not attach.shares_across_processes({"device": "cpu"}), "opt-in on the host"
+    compile_only = {"additional_config": {"rbln_retrieval": {"compile_only": True}}}
+    assert not attach.shares_across_processes({"device": "rbln", "engine_kwargs": compile_only})
+    monkeypatch.setenv(SHARE_ENV, "0")
+    assert not attach.shares_across_processes({"device": "rbln"})
+    monkeypatch.setenv(SHARE_ENV, "1")
+    assert attach.shares_across_processes({"device": "cpu"})
+    monkeypatch.setenv(SHARE_ENV, "maybe")
+    with pytest.raises(ValueError, match=f"{SHARE_ENV}='maybe' is not one of"):
+        attach.shares_across_processes({})
