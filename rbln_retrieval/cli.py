@@ -381,7 +381,6 @@ def _rerank(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from rbln_retrieval.server.serve import serve
 
-    args.model = args.model or None  # no MODEL argument: the environment's, else the default
     for name in SERVE_ENV:
         setattr(args, name, _serve_setting(args, name))
     args.model = [args.model] if isinstance(args.model, str) else args.model
@@ -401,9 +400,9 @@ def _serve_setting(args: argparse.Namespace, name: str) -> Any:
     variable's value is checked as the flag's would be, and refused in one sentence naming the variable."""
     declared = EngineOptions.model_fields.get(name)
     variable, value = next(((v, os.environ[v]) for v in SERVE_ENV[name] if os.environ.get(v)), ("", None))
-    if getattr(args, name) is not None or value is None:
+    if getattr(args, name) not in (None, []) or value is None:  # serve without MODEL: the environment's model
         given = getattr(args, name)
-        return given if given is not None else declared.default if declared else SERVE_DEFAULTS.get(name)
+        return given if given not in (None, []) else declared.default if declared else SERVE_DEFAULTS.get(name)
     if declared and value not in (choices := get_args(declared.annotation)):
         raise ValueError(f"{variable}={value!r} is not one of {', '.join(choices)}.")
     if name == "port" and (not value.isdigit() or not 0 < int(value) < 65536):
