@@ -337,7 +337,7 @@ def test_serve_flags_win_over_the_environment_which_wins_over_defaults(monkeypat
         monkeypatch.delenv(name, raising=False)
     assert cli_module.main(["serve"]) == 0
     assert (seen["model"], seen["device"], seen["dtype"], seen["port"], seen["api_key"]) == (
-        "sentence-transformers/all-MiniLM-L6-v2",
+        ["sentence-transformers/all-MiniLM-L6-v2"],
         "auto",
         "auto",
         8000,
@@ -348,7 +348,7 @@ def test_serve_flags_win_over_the_environment_which_wins_over_defaults(monkeypat
         monkeypatch.setenv(name, value)
     assert cli_module.main(["serve"]) == 0
     assert (seen["model"], seen["device"], seen["dtype"], seen["port"], seen["api_key"]) == (
-        "m",
+        ["m"],
         "cpu",
         "float32",
         9001,
@@ -358,7 +358,7 @@ def test_serve_flags_win_over_the_environment_which_wins_over_defaults(monkeypat
         cli_module.main(["serve", "x", "--device", "auto", "--dtype", "bfloat16", "--port", "9", "--api-key", "f"]) == 0
     )
     assert (seen["model"], seen["device"], seen["dtype"], seen["port"], seen["api_key"]) == (
-        "x",
+        ["x"],
         "auto",
         "bfloat16",
         9,
