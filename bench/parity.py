@@ -16,7 +16,7 @@ from corpus import mixed_length
 from model_builders import BUILDERS, minilm_path, remote_code_options
 
 from rbln_retrieval import PoolingEngine
-from rbln_retrieval.models.family_prompts import QWEN3_DEFAULT_TASK
+from rbln_retrieval.models.specs.qwen3_embedding import QWEN3_DEFAULT_TASK
 
 QUERY = "How are exceptions raised and handled in Python?"
 

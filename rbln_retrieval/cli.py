@@ -1,20 +1,25 @@
 """rbln-retrieval: check the machine, embed or rerank texts from files or stdin, serve a model over HTTP.
 
     rbln-retrieval doctor
-    rbln-retrieval embed MODEL [FILE ...|-] [-o vectors.npy] [--query] [--instruction TEXT] [--dimensions N]
-        [--precision int8|uint8|binary|ubinary [--ranges R.npy | --calibration C.npy]]
-    rbln-retrieval embed MODEL --images IMAGE ... [-o vectors.npy]     (image-text models: CLIP, SigLIP)
-    rbln-retrieval rerank MODEL --query TEXT [FILE ...|-] [--top-n N]
-    rbln-retrieval serve MODEL [MODEL ...] [--host H] [--port P] [--api-key KEY] [--max-concurrent-requests N]
+    rbln-retrieval embed [FILE ...|-] [-m MODEL] [-o vectors.npy] [--kind query] [--instruction TEXT]
+        [--dimensions N] [--precision int8|uint8|binary|ubinary [--ranges R.npy | --calibration C.npy]]
+    rbln-retrieval embed --images IMAGE ... -m MODEL [-o vectors.npy]     (image-text models: CLIP, SigLIP)
+    rbln-retrieval rerank --query TEXT [FILE ...|-] [-m MODEL] [--top-n N]
+    rbln-retrieval serve [MODEL ...] [--host H] [--port P] [--api-key KEY] [--max-concurrent-requests N]
         [--max-queued-tokens N] [--max-payload-bytes N] [-- VLLM_OPTION ...]
+    rbln-retrieval compile MODEL --npu NAME
 
 MODEL is a local model directory or a Hugging Face id (org/name or org/name@revision) resolved through the
 Hugging Face cache (HF_HOME, HF_HUB_CACHE, HF_HUB_OFFLINE and HF_TOKEN apply; --cache-folder overrides the cache).
+embed defaults to all-MiniLM-L6-v2 and rerank to bge-reranker-base, as the Python classes do; serve takes its model,
+device, dtype, port and API key from the environment when no flag names them (SERVE_ENV below).
 
-Input is one text per line (blank lines are skipped) or JSONL objects with a "text" field: files ending in
-.jsonl/.ndjson are JSONL, and so is stdin when its first non-blank line is a JSON object (`--format` decides
-otherwise). Errors print one line on stderr and exit with status 1. After `--`, serve takes the vLLM serve options it
-honours (`--ssl-certfile`, `--uvicorn-log-level`, `--enable-log-requests`, engine options, ...; docs/serving.md).
+Input is read as rbln_retrieval.text.files says (lines or JSONL). Errors print one line on stderr and exit with
+status 1. After `--`, serve takes the vLLM serve options it honours (`--ssl-certfile`, `--uvicorn-log-level`, engine
+options, ...; docs/serving.md).
+
+May import: rbln_retrieval, errors, cpu_features, quiet, engines, models, text, local, server, backend, doctor
+Engine libraries: none
 """
 
 from __future__ import annotations
@@ -23,21 +28,49 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import Any, Literal, NoReturn, get_args, get_origin
 
+from pydantic import BaseModel
+
+from rbln_retrieval import __version__
+from rbln_retrieval.engines.options import EngineOptions, SourceOptions
 from rbln_retrieval.errors import RBLNRetrievalError
+from rbln_retrieval.models.source import DEFAULT_EMBEDDING_MODEL, DEFAULT_RERANKER_MODEL
 from rbln_retrieval.quiet import quiet_startup
 from rbln_retrieval.server.limits import add_limit_arguments, limits_from_args
+from rbln_retrieval.text.files import read_texts
 
 PROG = "rbln-retrieval"
-JSONL_SUFFIXES = (".jsonl", ".ndjson")
+# serve's settings from the environment, as TEI's and vLLM's containers take them: a flag wins, then the first
+# variable set (RBLN_MODEL, else TEI's MODEL_ID), then the default.
+SERVE_ENV = {
+    "model": ("RBLN_MODEL", "MODEL_ID"),
+    "device": ("RBLN_DEVICE",),
+    "dtype": ("RBLN_DTYPE",),
+    "port": ("PORT",),
+    "api_key": ("RBLN_API_KEY",),
+}
+SERVE_DEFAULTS = {"model": DEFAULT_EMBEDDING_MODEL, "port": 8000}
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **{"formatter_class": _HelpFormatter, **kwargs})
+
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Each option's default at the end of its help, unless it has none or the help already names it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if not action.option_strings or action.default in (None, False, argparse.SUPPRESS) or "default" in text:
+            return text
+        return f"{text} (default: %(default)s)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -49,11 +82,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["serve"] and "--" in argv:
         argv, passthrough = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
     if argv and argv[0] in commands:
-        # Intermixed: options may come after the input files ("rerank MODEL a.txt --query Q").
+        # Intermixed: options may come after the input files ("rerank a.txt --query Q").
         args = commands[argv[0]].parse_intermixed_args(argv[1:])
     else:
-        args = parser.parse_args(argv)  # --help, or a usage error naming the commands
+        args = parser.parse_args(argv)  # --help, --version, or a usage error naming the commands
     args.vllm_args = passthrough
+    if "default_model" in args:
+        args.model = _model_of(args)
     try:
         return int(args.run(args))
     except (RBLNRetrievalError, ValueError, TypeError, OSError) as exc:
@@ -70,22 +105,30 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _parser() -> tuple[_Parser, dict[str, _Parser]]:
     parser = _Parser(prog=PROG, description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = parser.add_subparsers(required=True, metavar="COMMAND", parser_class=_Parser)
 
     doctor = commands.add_parser("doctor", help="versions, CPU features, RBLN runtime and device, what 'auto' picks")
     doctor.add_argument(
         "--graphs", metavar="MODEL", help="also start MODEL and print what each bucket graph calls (on --device)"
     )
-    doctor.add_argument("--device", choices=("auto", "rbln", "cpu"), default="auto")
+    _option(doctor, "device")
     doctor.set_defaults(run=_doctor)
 
     embed = commands.add_parser("embed", help="texts to vectors (.npy, or JSONL on stdout)")
-    _model_arguments(embed)
     _input_arguments(embed)
+    _model_arguments(embed, default=DEFAULT_EMBEDDING_MODEL)
     embed.add_argument(
         "-o", "--output", type=Path, help="write vectors here: .npy, anything else JSONL (default: stdout)"
     )
-    embed.add_argument("--query", action="store_true", help="embed the texts as queries (applies the query prompt)")
+    embed.add_argument(
+        "--kind",
+        choices=("document", "query"),
+        default="document",
+        help="embed the texts as documents or as queries (query: applies the model's query prompt)",
+    )
+    # embed's --query was a switch (rerank's takes the query); kept for one release as a deprecated --kind query.
+    embed.add_argument("--query", action="store_true", dest="query_switch", help=argparse.SUPPRESS)
     embed.add_argument("--instruction", help="replace the model's prompt (Qwen3-Embedding queries: the task)")
     embed.add_argument("--dimensions", type=int, help="matryoshka size (Qwen3-Embedding, Nomic, EmbeddingGemma)")
     embed.add_argument(
@@ -105,33 +148,27 @@ def _parser() -> tuple[_Parser, dict[str, _Parser]]:
     embed.set_defaults(run=_embed)
 
     rerank = commands.add_parser("rerank", help="rank texts by relevance to a query")
-    _model_arguments(rerank)
     rerank.add_argument("--query", required=True, help="the query to rank against")
     _input_arguments(rerank)
+    _model_arguments(rerank, default=DEFAULT_RERANKER_MODEL)
     rerank.add_argument("--top-n", type=int, help="print only the best N (default: all)")
     rerank.add_argument("--instruction", help="Qwen3-Reranker task, or a bi-encoder's query prompt")
     rerank.add_argument("--jsonl", action="store_true", help='print {"index", "score", "text"} objects')
     rerank.set_defaults(run=_rerank)
 
-    compile_ = commands.add_parser(
-        "compile", help="compile and cache every bucket graph for an RBLN NPU, on a host without one"
-    )
+    compile_ = commands.add_parser("compile", help="compile every bucket graph for an RBLN NPU, on a host without one")
     compile_.add_argument("model", help="local model directory, or a Hugging Face id (org/name[@revision])")
-    compile_.add_argument("--revision", help="branch, tag or commit of a Hugging Face id (default: main)")
-    compile_.add_argument("--cache-folder", help="Hugging Face cache to resolve ids in (default: HF_HUB_CACHE)")
+    _option(compile_, "revision", SourceOptions)
+    _option(compile_, "cache_folder", SourceOptions)
     compile_.add_argument(
         "--npu",
         help="the NPU to compile for: RBLN-CA* (ATOM) or RBLN-CR* (Rebel100), e.g. RBLN-CA25 "
         "(default: $RBLN_FORCE_NPU_NAME)",
     )
-    compile_.add_argument("--soc", help=argparse.SUPPRESS)  # deprecated name of --npu
-    compile_.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto")
-    compile_.add_argument("--max-length", type=int, help="tokens per input (default: the model's limit)")
-    compile_.add_argument(
-        "--trust-remote-code",
-        action="store_true",
-        help="run code shipped with the model (GTE-new and Nomic config classes); off by default",
-    )
+    compile_.add_argument("--soc", help=argparse.SUPPRESS)  # deprecated name of --npu, kept one release
+    _option(compile_, "dtype")
+    _option(compile_, "max_length")
+    _option(compile_, "trust_remote_code")
     compile_.set_defaults(run=_compile)
 
     serve = commands.add_parser(
@@ -141,35 +178,60 @@ def _parser() -> tuple[_Parser, dict[str, _Parser]]:
         "logging, media domains, engine options; docs/serving.md), e.g. "
         "`-- --ssl-keyfile key.pem --ssl-certfile cert.pem --uvicorn-log-level warning`.",
     )
-    _model_arguments(serve, several=True)
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
     serve.add_argument(
-        "--api-key", default=os.environ.get("RBLN_API_KEY"), help="require this bearer token (default: $RBLN_API_KEY)"
+        "model",
+        nargs="*",
+        help="local model directories or Hugging Face ids, each served under its own name (default: $RBLN_MODEL, "
+        f"else $MODEL_ID, else {SERVE_DEFAULTS['model']})",
     )
+    _model_arguments(serve, env=True)
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    serve.add_argument("--port", type=int, help=f"port to listen on (default: $PORT, else {SERVE_DEFAULTS['port']})")
+    serve.add_argument("--api-key", help="require this bearer token (default: $RBLN_API_KEY)")
     add_limit_arguments(serve)
     serve.set_defaults(run=_serve)
     return parser, commands.choices
 
 
-def _model_arguments(parser: argparse.ArgumentParser, *, several: bool = False) -> None:
-    if several:  # serve: each request names its model (`model`), or the only one able to answer its route
-        parser.add_argument(
-            "model", nargs="+", help="local model directories or Hugging Face ids, each served under its own name"
-        )
+def _option(
+    parser: argparse.ArgumentParser, name: str, declared: type[BaseModel] = EngineOptions, *, env: str = ""
+) -> None:
+    """The flag of an option declared in rbln_retrieval.engines.options: its type, choices, default and help from
+    the declaration. ``env`` names the variable that serve reads when the flag is not given (its default is then
+    None, resolved by ``_serve_setting``)."""
+    field = declared.model_fields[name]
+    flag = f"--{name.replace('_', '-')}"
+    text = " ".join((field.description or "").replace("`", "").split()).replace("%", "%%")
+    if field.annotation is bool:
+        parser.add_argument(flag, action="store_true", help=text)
+        return
+    kinds = get_args(field.annotation)
+    choices = kinds if get_origin(field.annotation) is Literal else None
+    default = field.get_default(call_default_factory=True)
+    if env:
+        text = f"{text} (default: ${env}, else {default})"
+        default = None
+    if int in kinds:
+        parser.add_argument(flag, type=int, default=default, help=text)
     else:
-        parser.add_argument("model", help="local model directory, or a Hugging Face id (org/name[@revision])")
-    parser.add_argument("--revision", help="branch, tag or commit of a Hugging Face id (default: main)")
-    parser.add_argument("--cache-folder", help="Hugging Face cache to resolve ids in (default: HF_HUB_CACHE)")
-    parser.add_argument("--device", choices=("auto", "rbln", "cpu"), default="auto")
-    parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto")
-    parser.add_argument(
-        "--runner",
-        choices=("bundled", "stock"),
-        default="bundled",
-        help="bundled backend (default) or vLLM's stock CPU runner",
-    )
-    parser.add_argument("--max-length", type=int, help="tokens per input (default: the model's limit)")
+        parser.add_argument(flag, choices=choices, default=default, help=text)
+
+
+def _model_arguments(parser: argparse.ArgumentParser, *, default: str = "", env: bool = False) -> None:
+    if default:
+        parser.add_argument(
+            "-m",
+            "--model",
+            dest="model",
+            help=f"local model directory, or a Hugging Face id (org/name[@revision]) (default: {default})",
+        )
+        parser.set_defaults(default_model=default)
+    _option(parser, "revision", SourceOptions)
+    _option(parser, "cache_folder", SourceOptions)
+    _option(parser, "device", env="RBLN_DEVICE" if env else "")
+    _option(parser, "dtype", env="RBLN_DTYPE" if env else "")
+    _option(parser, "runner")
+    _option(parser, "max_length")
     parser.add_argument(
         "--truncate",
         choices=("end", "start", "error", "chunk"),
@@ -179,11 +241,7 @@ def _model_arguments(parser: argparse.ArgumentParser, *, several: bool = False) 
     parser.add_argument(
         "--chunk-overlap", type=int, help="tokens each window shares with the previous (--truncate chunk)"
     )
-    parser.add_argument(
-        "--trust-remote-code",
-        action="store_true",
-        help="run code shipped with the model (GTE-new and Nomic config classes); off by default",
-    )
+    _option(parser, "trust_remote_code")
 
 
 def _input_arguments(parser: argparse.ArgumentParser) -> None:
@@ -194,6 +252,20 @@ def _input_arguments(parser: argparse.ArgumentParser) -> None:
         default="auto",
         help="input format (auto: JSONL for .jsonl/.ndjson files and JSON-object stdin)",
     )
+
+
+def _warn(message: str) -> None:
+    print(f"{PROG}: warning: {message}", file=sys.stderr)
+
+
+def _model_of(args: argparse.Namespace) -> str:
+    """embed's and rerank's model: --model, else the command's default. The form of 0.1.0, the model as the first
+    argument, still works for one release with a warning: a first FILE that is no file (a model directory or a
+    Hugging Face id) is the model when --model is not given."""
+    if args.model is None and args.files and args.files[0] != "-" and not Path(args.files[0]).is_file():
+        args.model = args.files.pop(0)
+        _warn(f"the model as the first argument is deprecated; use --model {args.model}")
+    return str(args.model or args.default_model)
 
 
 def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -226,52 +298,13 @@ def _truncate(args: argparse.Namespace) -> Any:
     return Chunk(overlap=args.chunk_overlap)
 
 
-# -- input -----------------------------------------------------------------------------------------------------
-def read_texts(files: Sequence[str], fmt: str = "auto", stdin: TextIO | None = None) -> list[str]:
-    """Texts from ``files`` ('-' or none: stdin) in order; raises ValueError naming the bad file and line."""
-    texts: list[str] = []
-    for name in files or ["-"]:
-        if name == "-":
-            texts.extend(_parse((stdin or sys.stdin).read().splitlines(), "stdin", fmt))
-        else:
-            path = Path(name)
-            if path.is_dir():
-                raise IsADirectoryError(f"{name} is a directory; pass text or JSONL files.")
-            by_suffix = "jsonl" if path.suffix.lower() in JSONL_SUFFIXES else "lines"
-            fmt_for_file = by_suffix if fmt == "auto" else fmt
-            with path.open(encoding="utf-8") as handle:
-                texts.extend(_parse(handle.read().splitlines(), name, fmt_for_file))
-    return texts
-
-
-def _parse(lines: list[str], name: str, fmt: str) -> Iterator[str]:
-    numbered = [(n, line) for n, line in enumerate(lines, 1) if line.strip()]
-    if fmt == "auto":
-        fmt = "jsonl" if numbered and _is_json_object(numbered[0][1]) else "lines"
-    if fmt == "lines":
-        yield from (line for _, line in numbered)
-        return
-    for n, line in numbered:
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"line {n} of {name} is not valid JSON ({exc.msg}).") from None
-        if not isinstance(row, dict) or not isinstance(row.get("text"), str):
-            raise ValueError(f'line {n} of {name} has no "text" string.')
-        yield row["text"]
-
-
-def _is_json_object(line: str) -> bool:
-    try:
-        return isinstance(json.loads(line), dict)
-    except json.JSONDecodeError:
-        return False
-
-
 # -- commands --------------------------------------------------------------------------------------------------
 def _embed(args: argparse.Namespace) -> int:
     import numpy as np
 
+    if args.query_switch:
+        _warn("embed's --query is deprecated; use --kind query")
+        args.kind = "query"
     texts = [] if args.images else read_texts(args.files, args.format)
     if args.output is not None and not args.output.parent.is_dir():
         raise FileNotFoundError(f"{args.output.parent} does not exist; cannot write {args.output}.")
@@ -290,7 +323,7 @@ def _embed(args: argparse.Namespace) -> int:
     with _engine(args) as engine:
         vectors = engine.embed(
             texts,
-            kind="query" if args.query else "document",
+            kind=args.kind,
             instruction=args.instruction,
             dimensions=args.dimensions,
             show_progress=not args.no_progress,
@@ -305,7 +338,7 @@ def _image_files(args: argparse.Namespace) -> list[Path]:
     """--images: the FILE arguments as image paths (stdin holds no image), refused before the engine starts when
     an option for texts is given too."""
     text_options = {
-        "--query": args.query,
+        "--kind query": args.kind == "query",
         "--instruction": args.instruction is not None,
         "--dimensions": args.dimensions is not None,
         "--precision": args.precision != "float32",
@@ -348,6 +381,9 @@ def _rerank(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from rbln_retrieval.server.serve import serve
 
+    for name in SERVE_ENV:
+        setattr(args, name, _serve_setting(args, name))
+    args.model = [args.model] if isinstance(args.model, str) else args.model
     return serve(
         args.model,
         host=args.host,
@@ -359,19 +395,33 @@ def _serve(args: argparse.Namespace) -> int:
     )
 
 
+def _serve_setting(args: argparse.Namespace, name: str) -> Any:
+    """serve's ``name``: its flag, else the first of its variables (SERVE_ENV) that is set, else the default; a
+    variable's value is checked as the flag's would be, and refused in one sentence naming the variable."""
+    declared = EngineOptions.model_fields.get(name)
+    variable, value = next(((v, os.environ[v]) for v in SERVE_ENV[name] if os.environ.get(v)), ("", None))
+    if getattr(args, name) not in (None, []) or value is None:  # serve without MODEL: the environment's model
+        given = getattr(args, name)
+        return given if given not in (None, []) else declared.default if declared else SERVE_DEFAULTS.get(name)
+    if declared and value not in (choices := get_args(declared.annotation)):
+        raise ValueError(f"{variable}={value!r} is not one of {', '.join(choices)}.")
+    if name == "port" and (not value.isdigit() or not 0 < int(value) < 65536):
+        raise ValueError(f"{variable}={value!r} is not a port number (1-65535).")
+    return int(value) if name == "port" else value
+
+
 def _compile(args: argparse.Namespace) -> int:
     """vllm-rbln's compile-only mode: the artifacts for ``--npu``'s family (ATOM: one .rbln per bucket graph;
     Rebel100: rebel's compile bundle) serve an NPU host's start with the same model, options and SDK."""
-    from rbln_retrieval import PoolingEngine
-    from rbln_retrieval.backend.config import CONFIG_KEY
-    from rbln_retrieval.backend.npu.rbln_runtime import FORCE_NPU_ENV, forced_npu_name
+    from rbln_retrieval import PoolingEngine, backend
 
     if args.soc:
         print("rbln-retrieval compile: --soc is deprecated; use --npu", file=sys.stderr)
-    npu = args.npu or args.soc or forced_npu_name()
+    npu = args.npu or args.soc or backend.forced_npu_name()
     if not npu:
-        raise ValueError(f"Name the NPU to compile for with --npu (e.g. RBLN-CA25 or RBLN-CR13) or {FORCE_NPU_ENV}.")
-    settings = {"additional_config": {CONFIG_KEY: {"compile_only": True, "npu": npu}}}
+        raise ValueError(
+            f"Name the NPU to compile for with --npu (e.g. RBLN-CA25 or RBLN-CR13) or {backend.FORCE_NPU_ENV}."
+        )
     with PoolingEngine(
         args.model,
         device="rbln",
@@ -380,7 +430,7 @@ def _compile(args: argparse.Namespace) -> int:
         revision=args.revision,
         cache_folder=args.cache_folder,
         trust_remote_code=args.trust_remote_code,
-        engine_kwargs=settings,
+        engine_kwargs=backend.compile_only_settings(npu),
     ) as engine:
         stats = engine.stats()
     print(

@@ -27,25 +27,23 @@ CPU_FLAGS = (("avx512f", "AVX-512"), ("avx512_bf16", "AVX512_BF16"), ("amx_bf16"
 def report(graphs: str | None = None, device: str = "auto") -> int:
     """Print the versions, the SDK stack's match, the CPU's features, the RBLN runtime and devices and what
     device="auto" picks; with ``graphs`` (a model), also each bucket graph that model compiles to on ``device``."""
-    from rbln_retrieval import cpu_features
-    from rbln_retrieval.backend import vllm_compat
-    from rbln_retrieval.backend.npu import rbln_runtime
+    from rbln_retrieval import backend, cpu_features
     from rbln_retrieval.local.device import explain_auto
 
     rows = [("python", platform.python_version())]
     rows += [(label, _version(names)) for label, names in DOCTOR_PACKAGES]
-    rows += [(name, _version((name,))) for name in vllm_compat.SDK_PACKAGES]
-    wrong = vllm_compat.stack_mismatches() + vllm_compat.sdk_mismatches()
-    rows.append((f"{vllm_compat.SDK_RELEASE} stack", "; ".join(wrong) if wrong else "matches"))
+    rows += [(name, _version((name,))) for name in backend.SDK_PACKAGES]
+    wrong = backend.stack_mismatches() + backend.sdk_mismatches()
+    rows.append((f"{backend.SDK_RELEASE} stack", "; ".join(wrong) if wrong else "matches"))
     flags = cpu_features.flags()
     capped = " (ATEN_CPU_CAPABILITY caps it to AVX2)" if cpu_features.capped_to_avx2() else ""
     rows.append(("cpu", f"{platform.machine()}, {os.cpu_count()} cores{capped}"))
     rows += [(label, ("yes" if flag in flags else "no") if flags else "unknown") for flag, label in CPU_FLAGS]
-    found = rbln_runtime.probe()
+    found = backend.probe()
     rows.append(("rbln runtime", "installed" if found.installed else "not installed"))
     rows.append(("rbln devices", str(found.devices)))
-    device, why = explain_auto()
-    rows.append(("device auto", f"{device}: {why}"))
+    auto, why = explain_auto()
+    rows.append(("device auto", f"{auto}: {why}"))
     width = max(len(label) for label, _ in rows)
     for label, value in rows:
         print(f"{label:<{width}}  {value}")
@@ -85,7 +83,7 @@ def _print_graphs(model: str, device: str) -> None:
 
 
 def _version(names: Sequence[str]) -> str:
-    from rbln_retrieval.backend.vllm_compat import installed
+    from rbln_retrieval import backend
 
-    found = installed(tuple(names))
+    found = backend.installed(tuple(names))
     return found[1] if found is not None else "not installed"

@@ -211,7 +211,7 @@ def build_qwen3_embedding(path: str | Path, *, seed: int = 0, query_prompt: str 
     """A Qwen3ForCausalLM checkpoint laid out like Qwen3-Embedding (last-token pooling, normalize, query prompt)."""
     from transformers import Qwen3ForCausalLM
 
-    from rbln_retrieval.models.family_prompts import QWEN3_DEFAULT_TASK, QWEN3_QUERY_TEMPLATE
+    from rbln_retrieval.models.specs.qwen3_embedding import QWEN3_DEFAULT_TASK, QWEN3_QUERY_TEMPLATE
 
     path = Path(path)
     _seeded(seed)

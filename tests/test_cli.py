@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -13,6 +15,7 @@ import pytest
 from corpus import passages
 from model_builders import HUB_MINILM
 
+from rbln_retrieval import cli as cli_module
 from rbln_retrieval.cli import read_texts
 from rbln_retrieval.local.device import explain_auto
 
@@ -98,10 +101,12 @@ def test_embed_jsonl_file_and_stdin_lines_as_queries_equal_engine_embed(tmp_path
     (tmp_path / "docs.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS[:5]), encoding="utf-8")
     result = cli(
         "embed",
+        "--model",
         str(minilm),
         str(tmp_path / "docs.jsonl"),
         "-",
-        "--query",
+        "--kind",
+        "query",
         "--device",
         "cpu",
         "--dtype",
@@ -121,6 +126,7 @@ def test_embed_to_npy_equals_engine_embed(tmp_path, minilm, minilm_engine):
     out = tmp_path / "vectors.npy"
     result = cli(
         "embed",
+        "--model",
         str(minilm),
         str(tmp_path / "texts.txt"),
         "-o",
@@ -141,6 +147,7 @@ def test_embed_to_npy_equals_engine_embed(tmp_path, minilm, minilm_engine):
 def test_embed_a_hugging_face_id_offline_from_the_cache(hub, minilm_engine):
     result = cli(
         "embed",
+        "--model",
         f"{HUB_MINILM}@main",
         "-",
         "--no-progress",
@@ -153,7 +160,7 @@ def test_embed_a_hugging_face_id_offline_from_the_cache(hub, minilm_engine):
     assert result.returncode == 0, result.stderr
     vectors = np.array([json.loads(line)["embedding"] for line in result.stdout.splitlines()])
     np.testing.assert_allclose(vectors, minilm_engine.embed(TEXTS), atol=1e-5)
-    line = one_error_line(cli("embed", HUB_MINILM, "--revision", "v9", "-", stdin="text\n", timeout=120))
+    line = one_error_line(cli("embed", "-m", HUB_MINILM, "--revision", "v9", "-", stdin="text\n", timeout=120))
     assert line.startswith(
         f"rbln-retrieval: error: Revision 'v9' of {HUB_MINILM} is not in the Hugging Face cache {hub}"
     )
@@ -163,6 +170,7 @@ def test_rerank_prints_ranked_lines_with_scores(minilm, minilm_engine):
     query = "How does Python compare objects for equality?"
     result = cli(
         "rerank",
+        "--model",
         str(minilm),
         "--query",
         query,
@@ -185,7 +193,7 @@ def test_embed_with_chunked_long_texts_equals_engine_embed(minilm, minilm_engine
     from rbln_retrieval import Chunk
 
     texts = [TEXTS[0], " ".join(TEXTS * 12)]  # the second over MiniLM's 256 tokens
-    args = ("embed", str(minilm), "-", "--no-progress", "--device", "cpu", "--dtype", "float32")
+    args = ("embed", "-m", str(minilm), "-", "--no-progress", "--device", "cpu", "--dtype", "float32")
     result = cli(*args, "--truncate", "chunk", "--chunk-overlap", "16", stdin="\n".join(texts) + "\n")
     assert result.returncode == 0, result.stderr
     vectors = np.array([json.loads(line)["embedding"] for line in result.stdout.splitlines()])
@@ -195,11 +203,19 @@ def test_embed_with_chunked_long_texts_equals_engine_embed(minilm, minilm_engine
 @pytest.mark.parametrize(
     ("args", "stdin", "expected"),
     [
-        (["embed", "MINILM", "--chunk-overlap", "8", "-"], "t\n", "--chunk-overlap applies to --truncate chunk, not"),
-        (["embed", "MINILM", "missing.txt"], None, "missing.txt"),
-        (["embed", "/no/such/model", "-"], "text\n", "/no/such/model"),
-        (["embed", "no-such-org/no-such-model", "-"], "text\n", "no-such-org/no-such-model is not in the Hugging Face"),
-        (["rerank", "MINILM", "--query", "q", "DIR"], None, "is a directory"),
+        (
+            ["embed", "-m", "MINILM", "--chunk-overlap", "8", "-"],
+            "t\n",
+            "--chunk-overlap applies to --truncate chunk, not",
+        ),
+        (["embed", "-m", "MINILM", "missing.txt"], None, "missing.txt"),
+        (["embed", "-m", "/no/such/model", "-"], "text\n", "/no/such/model"),
+        (
+            ["embed", "-m", "no-such-org/no-such-model", "-"],
+            "text\n",
+            "no-such-org/no-such-model is not in the Hugging Face",
+        ),
+        (["rerank", "-m", "MINILM", "--query", "q", "DIR"], None, "is a directory"),
         (["serve", "/no/such/model"], None, "/no/such/model"),
         # vLLM's own options after `--`: ours keep precedence, a conflicting or unknown one is named.
         (["serve", "MINILM", "--", "--port", "9"], None, "--port is set by rbln-retrieval serve itself"),
@@ -232,3 +248,148 @@ def test_a_negative_limit_is_a_usage_error_naming_it():
     assert one_error_line(result) == (
         "rbln-retrieval serve: error: argument --max-payload-bytes: -1 is negative (0: no limit) (see --help)"
     )
+
+
+# -- the CLI's own surface: version, help, defaults, environment, deprecated forms (no engine starts) ---------------
+def scrubbed(**variables: str) -> dict[str, str]:
+    """A user's environment: nothing of the suite's (no plugin scope, no test paths, no RBLN_* or server variables)
+    beyond ``variables``."""
+    keep = ("PATH", "HOME", "LANG", "HF_HUB_OFFLINE", "HF_HOME", "HF_HUB_CACHE", "TORCH_DEVICE_BACKEND_AUTOLOAD")
+    return {name: os.environ[name] for name in keep if name in os.environ} | {"COLUMNS": "200", **variables}
+
+
+def cli_in(env: dict[str, str], *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "rbln_retrieval.cli", *args]
+    return subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_version_prints_the_package_version():
+    import rbln_retrieval
+
+    result = cli_in(scrubbed(), "--version")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"rbln-retrieval {rbln_retrieval.__version__}\n"
+
+
+@pytest.mark.parametrize(
+    ("command", "shown"),
+    [
+        ("embed", ["--device {auto,rbln,cpu}", "(default: auto)", "(default: sentence-transformers/all-MiniLM-L6-v2)"]),
+        ("rerank", ["--dtype {auto,float32,bfloat16}", "(default: BAAI/bge-reranker-base)"]),
+        ("serve", ["(default: $RBLN_DEVICE, else auto)", "(default: $RBLN_DTYPE, else auto)", "(default: 127.0.0.1)"]),
+        ("serve", ["(default: $PORT, else 8000)", "(default: $RBLN_API_KEY)", "$MODEL_ID, else sentence-transformers"]),
+    ],
+)
+def test_help_shows_each_default(command, shown):
+    result = cli_in(scrubbed(), command, "--help")
+    assert result.returncode == 0, result.stderr
+    text = " ".join(result.stdout.split())
+    for piece in shown:
+        assert piece in text, f"{piece!r} not in `{command} --help`"
+
+
+def test_every_option_of_every_command_has_help():
+    _, commands = cli_module._parser()
+    bare = [
+        f"{name} {action.option_strings[0]}"
+        for name, parser in commands.items()
+        for action in parser._actions
+        if action.option_strings and action.help != argparse.SUPPRESS and not (action.help or "").strip()
+    ]
+    assert bare == []
+
+
+def test_embed_and_rerank_default_to_the_python_classes_models():
+    from langchain_rbln import RBLNEmbeddings, RBLNReranker
+
+    _, commands = cli_module._parser()
+    assert commands["embed"].get_default("default_model") == RBLNEmbeddings.model_fields["model"].default
+    assert commands["rerank"].get_default("default_model") == RBLNReranker.model_fields["model"].default
+
+
+@pytest.mark.parametrize(
+    ("variables", "args", "expected"),
+    [
+        # The model: the argument, else RBLN_MODEL, else TEI's MODEL_ID.
+        ({"MODEL_ID": "/no/such/tei-model"}, [], "/no/such/tei-model"),
+        ({"RBLN_MODEL": "/no/such/ours", "MODEL_ID": "/no/such/tei-model"}, [], "/no/such/ours"),
+        ({"RBLN_MODEL": "/no/such/ours"}, ["/no/such/given"], "/no/such/given"),
+        # Each variable's value is checked as its flag's would be, naming the variable.
+        ({"RBLN_DEVICE": "gpu"}, ["MINILM"], "RBLN_DEVICE='gpu' is not one of auto, rbln, cpu."),
+        ({"RBLN_DTYPE": "float16"}, ["MINILM"], "RBLN_DTYPE='float16' is not one of auto, float32, bfloat16."),
+        ({"PORT": "http"}, ["MINILM"], "PORT='http' is not a port number (1-65535)."),
+        ({"PORT": "70000"}, ["MINILM"], "PORT='70000' is not a port number (1-65535)."),
+    ],
+)
+def test_serve_takes_its_settings_from_the_environment(minilm, variables, args, expected):
+    args = [a.replace("MINILM", str(minilm)) for a in args]
+    line = one_error_line(cli_in(scrubbed(**variables), "serve", *args))
+    assert line.startswith("rbln-retrieval: error: ") and expected in line
+
+
+def test_serve_flags_win_over_the_environment_which_wins_over_defaults(monkeypatch):
+    """What reaches ``server.serve.serve``: a flag, else its variable, else the default (no server starts)."""
+    import rbln_retrieval.server.serve as serving
+
+    seen: dict[str, object] = {}
+    monkeypatch.setattr(serving, "serve", lambda model, **kwargs: seen.update(model=model, **kwargs) or 0)
+    for name in ("RBLN_MODEL", "MODEL_ID", "RBLN_DEVICE", "RBLN_DTYPE", "PORT", "RBLN_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    assert cli_module.main(["serve"]) == 0
+    assert (seen["model"], seen["device"], seen["dtype"], seen["port"], seen["api_key"]) == (
+        ["sentence-transformers/all-MiniLM-L6-v2"],
+        "auto",
+        "auto",
+        8000,
+        None,
+    )
+    env = {"MODEL_ID": "m", "RBLN_DEVICE": "cpu", "RBLN_DTYPE": "float32", "PORT": "9001", "RBLN_API_KEY": "k"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert cli_module.main(["serve"]) == 0
+    assert (seen["model"], seen["device"], seen["dtype"], seen["port"], seen["api_key"]) == (
+        ["m"],
+        "cpu",
+        "float32",
+        9001,
+        "k",
+    )
+    assert (
+        cli_module.main(["serve", "x", "--device", "auto", "--dtype", "bfloat16", "--port", "9", "--api-key", "f"]) == 0
+    )
+    assert (seen["model"], seen["device"], seen["dtype"], seen["port"], seen["api_key"]) == (
+        ["x"],
+        "auto",
+        "bfloat16",
+        9,
+        "f",
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "warning"),
+    [
+        # 0.1.0's forms, kept for one release: the model as the first argument, and embed's --query switch.
+        (["embed", "/no/such/model", "-"], "the model as the first argument is deprecated; use --model /no/such/model"),
+        (["rerank", "/no/such/model", "--query", "q"], "the model as the first argument is deprecated; use --model"),
+        (["embed", "-m", "/no/such/model", "--query", "-"], "embed's --query is deprecated; use --kind query"),
+    ],
+)
+def test_deprecated_forms_warn_once_and_still_work(args, warning):
+    result = cli_in(scrubbed(), *args, stdin="text\n")
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 1 and len(lines) == 2, result.stderr
+    assert lines[0] == f"rbln-retrieval: warning: {warning}" or lines[0].startswith(
+        f"rbln-retrieval: warning: {warning}"
+    )
+    # The old form reached the model: the error names it, as for --model.
+    assert lines[1].startswith("rbln-retrieval: error: ") and "/no/such/model" in lines[1]
+
+
+def test_the_serving_docs_name_each_variable_serve_reads():
+    from pathlib import Path
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "serving.md").read_text(encoding="utf-8")
+    table = docs[docs.index("| setting | flag | environment | default |") :].split("\n\n")[0].splitlines()[2:]
+    named = {name for line in table for name in re.findall(r"`([A-Z_]+)`", line.split("|")[3])}
+    assert named == {variable for variables in cli_module.SERVE_ENV.values() for variable in variables}

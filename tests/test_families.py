@@ -14,8 +14,8 @@ from corpus import mixed_length
 from model_builders import build_embeddinggemma, build_modernbert, build_nomic
 
 from rbln_retrieval import ModelNotSupportedError, PoolingEngine, detect_family
-from rbln_retrieval.models.family_prompts import QWEN3_DEFAULT_TASK
 from rbln_retrieval.models.files import check_weights
+from rbln_retrieval.models.specs.qwen3_embedding import QWEN3_DEFAULT_TASK
 
 TEXTS = mixed_length(40)
 QUERY = "How are exceptions raised and handled in Python?"

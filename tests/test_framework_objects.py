@@ -28,22 +28,21 @@ from llama_index.postprocessor.rbln_rerank import RBLNReranker as NodeReranker
 from rbln_retrieval import ModelNotFoundError, ModelNotSupportedError, PoolingEngine
 from rbln_retrieval.remote import RemoteError
 
-CPU = {"device": "cpu", "dtype": "float32"}
 QUERY = "Which planet looks red?"
 TEXTS = ["Mars looks red.", "Jupiter is big.", "Venus is hot."]
 
 
-def test_closing_one_object_never_affects_another(minilm, minilm_engine):
-    a, b = RBLNEmbeddings(model=minilm, **CPU), RBLNEmbedding(model_name=minilm, **CPU)
-    reranker = RBLNReranker(model=minilm, truncate="start", **CPU)  # truncate is per call: the same engine
+def test_closing_one_object_never_affects_another(minilm, minilm_engine, cpu):
+    a, b = RBLNEmbeddings(model=minilm, **cpu), RBLNEmbedding(model_name=minilm, **cpu)
+    reranker = RBLNReranker(model=minilm, truncate="start", **cpu)  # truncate is per call: the same engine
     assert a.engine.engine is b._engine.engine is reranker.engine.engine is minilm_engine.engine
     a.engine.close()  # what the README used to suggest: releases a's claim only
     a.close()
     b.close()
     assert reranker.rerank(TEXTS, QUERY, top_n=1)[0]["index"] == 0
-    with RBLNEmbeddings(model=minilm, **CPU) as scoped:
+    with RBLNEmbeddings(model=minilm, **cpu) as scoped:
         assert len(scoped.embed_query(QUERY)) == 384
-    with NodeReranker(model=str(minilm), **CPU) as scoped_nodes:
+    with NodeReranker(model=str(minilm), **cpu) as scoped_nodes:
         assert (
             scoped_nodes.postprocess_nodes(
                 [NodeWithScore(node=TextNode(text=t)) for t in TEXTS], query_bundle=QueryBundle(QUERY)
@@ -53,12 +52,12 @@ def test_closing_one_object_never_affects_another(minilm, minilm_engine):
     assert minilm_engine.embed(["x"]).shape == (1, 384)
 
 
-def _objects(minilm):
+def _objects(minilm, cpu):
     return [
-        RBLNEmbeddings(model=minilm, **CPU),
-        RBLNReranker(model=minilm, top_n=None, **CPU),
-        RBLNEmbedding(model_name=minilm, **CPU),
-        NodeReranker(model=str(minilm), top_n=None, **CPU),
+        RBLNEmbeddings(model=minilm, **cpu),
+        RBLNReranker(model=minilm, top_n=None, **cpu),
+        RBLNEmbedding(model_name=minilm, **cpu),
+        NodeReranker(model=str(minilm), top_n=None, **cpu),
     ]
 
 
@@ -80,8 +79,8 @@ def _use(obj):
     ]
 
 
-def test_objects_pickle_and_reattach_on_first_use(minilm):
-    for obj in _objects(minilm):
+def test_objects_pickle_and_reattach_on_first_use(minilm, cpu):
+    for obj in _objects(minilm, cpu):
         copy = pickle.loads(pickle.dumps(obj))
         assert copy._engine.engine is obj._engine.engine, type(obj).__name__
         np.testing.assert_allclose(_use(copy), _use(obj), atol=1e-6)
@@ -92,8 +91,8 @@ def _use_all(objects):
 
 
 @pytest.mark.parametrize("method", ["fork", "spawn"])
-def test_objects_work_in_fork_and_spawn_workers(minilm, method):
-    objects = _objects(minilm)
+def test_objects_work_in_fork_and_spawn_workers(minilm, method, cpu):
+    objects = _objects(minilm, cpu)
     expected = _use_all(objects)
     result = run_in_child(method, _use_all, objects, deadline=600)
     assert result[0] == "ok", result
@@ -112,14 +111,14 @@ def _run_pipeline(embedding, documents, num_workers):
     return [(node.get_content(), node.embedding) for node in nodes]
 
 
-def test_ingestion_pipeline_with_worker_processes(minilm, monkeypatch):
+def test_ingestion_pipeline_with_worker_processes(minilm, monkeypatch, cpu):
     from llama_index.core import Document as LlamaDocument
 
     # A spawn worker unpickling SentenceSplitter reloads tiktoken's encoding, which downloads it unless this names
     # LlamaIndex's bundled copy; offline, the download's OSError makes multiprocessing.Pool drop the worker and its
     # task without a word, and run() waits forever (RBLNEmbedding itself starts an in-process engine per worker).
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(Path(llama_index.core.__file__).parent / "_static/tiktoken_cache"))
-    embedding = RBLNEmbedding(model_name=minilm, **CPU)
+    embedding = RBLNEmbedding(model_name=minilm, **cpu)
     documents = [LlamaDocument(text=t, id_=f"doc-{i}") for i, t in enumerate(TEXTS * 2)]
     # In a child under a deadline (the pipeline's Pool needs a non-daemonic parent), so a hang fails the test.
     result = run_in_child("spawn", _run_pipeline, embedding, documents, 2, deadline=600)
@@ -129,11 +128,11 @@ def test_ingestion_pipeline_with_worker_processes(minilm, monkeypatch):
         np.testing.assert_allclose(vector, embedding.get_text_embedding(text), atol=1e-5)
 
 
-async def test_async_ingestion_pipeline_with_forked_workers(minilm):
+async def test_async_ingestion_pipeline_with_forked_workers(minilm, cpu):
     from llama_index.core import Document as LlamaDocument
     from llama_index.core.ingestion import IngestionPipeline
 
-    embedding = RBLNEmbedding(model_name=minilm, **CPU)
+    embedding = RBLNEmbedding(model_name=minilm, **cpu)
     embedding.get_text_embedding("started")  # the parent's engine runs when the workers fork
     documents = [LlamaDocument(text=t, id_=f"doc-{i}") for i, t in enumerate(TEXTS * 2)]
     nodes = await IngestionPipeline(transformations=[embedding], disable_cache=True).arun(
@@ -144,11 +143,11 @@ async def test_async_ingestion_pipeline_with_forked_workers(minilm):
         np.testing.assert_allclose(node.embedding, embedding.get_text_embedding(node.get_content()), atol=1e-5)
 
 
-def test_per_call_fields_take_effect_when_assigned(minilm):
+def test_per_call_fields_take_effect_when_assigned(minilm, cpu):
     long_text = " ".join(f"w{i}" for i in range(400))
     for obj, call in [
-        (RBLNEmbeddings(model=minilm, **CPU), lambda o: o.embed_documents([long_text])),
-        (RBLNEmbedding(model_name=minilm, **CPU), lambda o: o.get_text_embedding(long_text)),
+        (RBLNEmbeddings(model=minilm, **cpu), lambda o: o.embed_documents([long_text])),
+        (RBLNEmbedding(model_name=minilm, **cpu), lambda o: o.get_text_embedding(long_text)),
     ]:
         call(obj)
         obj.truncate = "error"
@@ -167,14 +166,14 @@ def test_remote_timeout_takes_effect_when_assigned(minilm):
 @pytest.mark.parametrize(
     "make, field",
     [
-        (lambda m: RBLNEmbeddings(model=m, **CPU), "model"),
-        (lambda m: RBLNReranker(model=m, **CPU), "dtype"),
-        (lambda m: RBLNEmbedding(model_name=m, **CPU), "device"),
-        (lambda m: NodeReranker(model=str(m), **CPU), "base_url"),
+        (lambda m, options: RBLNEmbeddings(model=m, **options), "model"),
+        (lambda m, options: RBLNReranker(model=m, **options), "dtype"),
+        (lambda m, options: RBLNEmbedding(model_name=m, **options), "device"),
+        (lambda m, options: NodeReranker(model=str(m), **options), "base_url"),
     ],
 )
-def test_engine_fields_cannot_change_after_construction(minilm, make, field):
-    obj = make(minilm)
+def test_engine_fields_cannot_change_after_construction(minilm, make, field, cpu):
+    obj = make(minilm, cpu)
     with pytest.raises(ValueError, match=f"{field} selects the engine of this .* cannot change after construction"):
         setattr(obj, field, "bfloat16" if field == "dtype" else "cpu")
 
@@ -194,7 +193,7 @@ def test_core_errors_keep_their_type(tmp_path, make):
     assert not isinstance(raised.value, ValidationError)
 
 
-def test_family_trust_remote_code_and_allow_pickle_pass_through(tmp_path):
+def test_family_trust_remote_code_and_allow_pickle_pass_through(tmp_path, cpu):
     (tmp_path / "config.json").write_text('{"architectures": ["BertModel"], "max_position_embeddings": 64}')
     (tmp_path / "pytorch_model.bin").write_bytes(b"not really a pickle")
     for make in (
@@ -202,10 +201,10 @@ def test_family_trust_remote_code_and_allow_pickle_pass_through(tmp_path):
         lambda **kw: NodeReranker(model=str(tmp_path), **kw),
     ):
         with pytest.raises(ModelNotSupportedError, match="allow_pickle=True"):
-            make(**CPU)
+            make(**cpu)
         # With allow_pickle the weights check passes and the start fails on the fake file instead.
         with pytest.raises(Exception) as raised:
-            make(allow_pickle=True, trust_remote_code=True, family="bi-encoder", **CPU)
+            make(allow_pickle=True, trust_remote_code=True, family="bi-encoder", **cpu)
         assert "allow_pickle=True" not in str(raised.value)
     assert (
         RBLNEmbedding(
@@ -268,20 +267,20 @@ def test_every_engine_field_reaches_get_engine(monkeypatch, make):
 
 
 def test_a_hugging_face_id_works_like_its_directory_in_every_class_and_the_token_never_shows(
-    hub_cache, minilm_engine, caplog
+    hub_cache, minilm_engine, caplog, cpu
 ):
     """Ids resolve offline from a Hugging Face cache, every spelling of one snapshot and every class on one engine,
     with the directory's results; a revision or an id the cache lacks, or a reranker's id for an embedding class,
     is one sentence; the hub token is a SecretStr that reaches no repr, log or error."""
     caplog.set_level(logging.DEBUG)
     token = "hf_framework_secret_4b7e"
-    source = {"cache_folder": str(hub_cache), "hf_token": token, **CPU}
+    source = {"cache_folder": str(hub_cache), "hf_token": token, **cpu}
     embeddings = RBLNEmbeddings(model=f"{HUB_MINILM}@main", **source)
     reranker = RBLNReranker(model=HUB_MINILM, revision="main", top_n=None, **source)
     embedding = RBLNEmbedding(model_name=f"{HUB_MINILM}@main", **source)
     node_reranker = NodeReranker(model=HUB_MINILM, revision="main", top_n=None, **source)
     objects = [embeddings, reranker, embedding, node_reranker]
-    with PoolingEngine.shared(HUB_MINILM, cache_folder=hub_cache, **CPU) as by_id:
+    with PoolingEngine.shared(HUB_MINILM, cache_folder=hub_cache, **cpu) as by_id:
         handles = [embeddings.engine, reranker.engine, embedding._engine, node_reranker._engine]
         assert all(handle.engine is by_id.engine for handle in handles)
         expected = minilm_engine.embed(TEXTS)
@@ -312,13 +311,13 @@ def test_a_hugging_face_id_works_like_its_directory_in_every_class_and_the_token
         framework_object.close()
 
 
-def test_invalid_unicode_and_mappings_in_the_frameworks(minilm, minilm_engine):
+def test_invalid_unicode_and_mappings_in_the_frameworks(minilm, minilm_engine, cpu):
     bad, replaced = "caf\udcff", "caf\ufffd"
     expected = minilm_engine.embed([replaced])[0]
-    lc, li = RBLNEmbeddings(model=minilm, **CPU), RBLNEmbedding(model_name=minilm, **CPU)
+    lc, li = RBLNEmbeddings(model=minilm, **cpu), RBLNEmbedding(model_name=minilm, **cpu)
     np.testing.assert_allclose(lc.embed_documents([bad])[0], expected, atol=1e-6)
     np.testing.assert_allclose(li.get_text_embedding_batch([bad])[0], expected, atol=1e-6)
-    assert RBLNReranker(model=minilm, **CPU).rerank([bad], bad)[0]["relevance_score"] == pytest.approx(
+    assert RBLNReranker(model=minilm, **cpu).rerank([bad], bad)[0]["relevance_score"] == pytest.approx(
         minilm_engine.score(replaced, [replaced])[0], abs=1e-6
     )
     with pytest.raises(TypeError, match="not a dict"):
@@ -326,7 +325,7 @@ def test_invalid_unicode_and_mappings_in_the_frameworks(minilm, minilm_engine):
     with pytest.raises(TypeError, match="not a dict"):
         li.get_text_embedding_batch({"a": "Mars"})
     with pytest.raises(TypeError, match="not a dict"):
-        RBLNReranker(model=minilm, **CPU).rerank({"a": "Mars"}, QUERY)
+        RBLNReranker(model=minilm, **cpu).rerank({"a": "Mars"}, QUERY)
 
 
 HEAVY = ("torch", "transformers", "vllm")
@@ -349,14 +348,14 @@ def test_imports_and_remote_clients_load_no_torch_transformers_or_vllm():
     assert loaded == "[]", f"imported {loaded}"
 
 
-def test_framework_objects_take_truncate_chunk(minilm, minilm_engine):
+def test_framework_objects_take_truncate_chunk(minilm, minilm_engine, cpu):
     from rbln_retrieval import Chunk
 
     long = " ".join(f"w{i}" for i in range(600))  # over MiniLM's 256 tokens: several windows
     want = minilm_engine.embed(["short", long], truncate=Chunk(overlap=8))
-    embeddings = RBLNEmbeddings(model=minilm, truncate=Chunk(overlap=8), **CPU)
+    embeddings = RBLNEmbeddings(model=minilm, truncate=Chunk(overlap=8), **cpu)
     np.testing.assert_allclose(embeddings.embed_documents(["short", long]), want, atol=1e-5)
-    embedding = RBLNEmbedding(model_name=minilm, truncate={"overlap": 8}, **CPU)
+    embedding = RBLNEmbedding(model_name=minilm, truncate={"overlap": 8}, **cpu)
     np.testing.assert_allclose(embedding.get_text_embedding(long), want[1], atol=1e-5)
     with pytest.raises(ValidationError, match=r"Chunk\(output='all'\) gives every window's vector"):
-        RBLNEmbeddings(model=minilm, truncate=Chunk(output="all"), **CPU)
+        RBLNEmbeddings(model=minilm, truncate=Chunk(output="all"), **cpu)

@@ -5,7 +5,6 @@ at construction, and an API key that never shows. All on the session's shared Mi
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 import pytest
@@ -17,7 +16,6 @@ from langchain_rbln import RBLNEmbeddings, RBLNReranker
 from llama_index.embeddings.rbln import RBLNEmbedding
 from llama_index.postprocessor.rbln_rerank import RBLNReranker as NodeReranker
 
-CPU: dict[str, Any] = {"device": "cpu", "dtype": "float32"}
 QUERY = "Which planet is red?"
 TEXTS = ["Mars looks red.", "", "Jupiter is big.", "Mars looks red.", "火星は赤い。", "Venus is hot.", "  "]
 
@@ -52,8 +50,8 @@ RERANKERS = {
 
 
 @pytest.mark.parametrize("make, embed", EMBEDDERS.values(), ids=EMBEDDERS)
-def test_one_vector_per_text_in_input_order(minilm, minilm_engine, make, embed):
-    embedder = make(minilm, **CPU)
+def test_one_vector_per_text_in_input_order(minilm, minilm_engine, make, embed, cpu):
+    embedder = make(minilm, **cpu)
     vectors = np.array(embed(embedder, TEXTS))
     assert vectors.shape == (len(TEXTS), 384)
     reversed_vectors = np.array(embed(embedder, TEXTS[::-1]))
@@ -63,17 +61,17 @@ def test_one_vector_per_text_in_input_order(minilm, minilm_engine, make, embed):
 
 @pytest.mark.parametrize("top_n, expected", [(-1, 0), (0, 0), (2, 2), (100, len(TEXTS))])
 @pytest.mark.parametrize("make, rerank", RERANKERS.values(), ids=RERANKERS)
-def test_top_n_bounds_keep_each_input_at_most_once(minilm, minilm_engine, make, rerank, top_n, expected):
-    kept = rerank(make(minilm, top_n=top_n, **CPU))
+def test_top_n_bounds_keep_each_input_at_most_once(minilm, minilm_engine, make, rerank, top_n, expected, cpu):
+    kept = rerank(make(minilm, top_n=top_n, **cpu))
     assert len(kept) == expected
     assert len(set(kept)) == expected, "each input at most once"
 
 
 @pytest.mark.parametrize("threshold", [math.nan, math.inf, -math.inf])
 @pytest.mark.parametrize("make", [make for make, _ in RERANKERS.values()], ids=RERANKERS)
-def test_nan_or_infinite_score_threshold_is_rejected_at_construction(minilm, make, threshold):
+def test_nan_or_infinite_score_threshold_is_rejected_at_construction(minilm, make, threshold, cpu):
     with pytest.raises(ValueError, match="score_threshold"):
-        make(minilm, score_threshold=threshold, **CPU)
+        make(minilm, score_threshold=threshold, **cpu)
 
 
 USES = {

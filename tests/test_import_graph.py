@@ -11,8 +11,8 @@ docstring (the subpackage's ``__init__.py`` or the top-level module):
     Engine libraries: vllm (deferred)   (vllm, torch, transformers: at module level, "(deferred)": only inside
                                          functions or for typing, or "none")
 
-ray/ and cli.py state their rules in RULES_OUTSIDE_DOCSTRINGS below (their files are edited in another branch; the
-rules move into their docstrings once that merges). Within backend/, the stages' own rules are held by
+ray/ states its rules in RULES_OUTSIDE_DOCSTRINGS below (its files are edited in another branch; the rules move into
+its docstring once that merges). Within backend/, the stages' own rules are held by
 tests/backend/test_layout.py.
 """
 
@@ -33,7 +33,6 @@ FRAMEWORKS = ("langchain", "langchain_core", "langchain_rbln", "llama_index")
 # Rules of the rooms whose files this branch may not edit beyond their import lines: (may import, engine libraries).
 RULES_OUTSIDE_DOCSTRINGS = {
     "ray": ("local, server, backend", "vllm (deferred)"),
-    "cli": ("rbln_retrieval, errors, cpu_features, quiet, local, server, backend, doctor", "none"),
 }
 # What the framework integrations may import of this package: the public API and the rooms made for them.
 INTEGRATIONS_MAY_IMPORT = {"rbln_retrieval", "frameworks", "text", "results", "models"}
@@ -221,6 +220,20 @@ def test_every_room_imports_only_the_rooms_its_docstring_allows():
         for module, targets in sorted(GRAPH.items())
         for target in sorted(targets)
         if room_of(target) != room_of(module) and room_of(target) not in RULES[room_of(module)].rooms
+    ]
+    assert wrong == []
+
+
+def test_only_the_backend_imports_its_modules():
+    """The rest of the package reaches the backend through its front door, the package ``rbln_retrieval.backend``
+    (a config string naming a backend class for vLLM to load is not an import, and is the backend's own)."""
+    backend = f"{PACKAGE}.backend"
+    wrong = [
+        f"{module}:{i.line} imports {i.target}"
+        for module, found in sorted(IMPORTS.items())
+        if room_of(module) != "backend"
+        for i in found
+        if i.target.startswith(backend + ".")
     ]
     assert wrong == []
 

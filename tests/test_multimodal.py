@@ -183,11 +183,11 @@ def test_cli_embeds_image_files_as_the_engine_does(tmp_path, model_dirs, engines
     files = write_images(tmp_path, 3)
     out = tmp_path / "vectors.npy"
     options = ["--device", "cpu", "--dtype", "float32", "--no-progress"]
-    result = cli("embed", str(model_dirs["clip"]), "--images", *files, "-o", str(out), *options)
+    result = cli("embed", "-m", str(model_dirs["clip"]), "--images", *files, "-o", str(out), *options)
     assert result.returncode == 0, result.stderr
     np.testing.assert_allclose(np.load(out), engines["clip"].embed_images([Path(f) for f in files]), atol=1e-6)
-    refused = cli("embed", str(model_dirs["clip"]), "--images", *files, "--query", *options)
-    assert one_error_line(refused) == "rbln-retrieval: error: --query applies to texts, not to --images."
+    refused = cli("embed", "-m", str(model_dirs["clip"]), "--images", *files, "--kind", "query", *options)
+    assert one_error_line(refused) == "rbln-retrieval: error: --kind query applies to texts, not to --images."
 
 
 @pytest.mark.parametrize("name", sorted(BUILDERS))

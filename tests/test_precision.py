@@ -116,6 +116,7 @@ def test_cli_embed_precision(minilm, calibration, tmp_path):
     np.save(tmp_path / "ranges.npy", quantization_ranges(calibration))
     common = [
         "embed",
+        "--model",
         str(minilm),
         str(texts),
         "--device",
@@ -138,7 +139,7 @@ def test_cli_refuses_int8_without_ranges_before_starting(minilm, tmp_path, capsy
     from rbln_retrieval.cli import main
 
     (tmp_path / "t.txt").write_text("a\n")
-    assert main(["embed", str(minilm), str(tmp_path / "t.txt"), "--precision", "int8"]) == 1
+    assert main(["embed", "-m", str(minilm), str(tmp_path / "t.txt"), "--precision", "int8"]) == 1
     assert "--precision int8 needs either --ranges or --calibration" in capsys.readouterr().err
 
 

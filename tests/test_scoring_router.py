@@ -53,7 +53,7 @@ class FakeEngine:
             check_outputs=check_outputs,
             embed=embed,
             score_pairs=pairs,
-            score_qwen3_reranker=qwen3,
+            score_template=qwen3,
         )
 
     async def score(self, documents: list[str], **options: Any) -> list[float]:

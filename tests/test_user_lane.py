@@ -185,7 +185,9 @@ def test_serve_as_the_readme_writes_it(installed):
     assert installed.server is not None
     vector = check_server(installed.server, 384)
     # The CLI's embed of the same text, by the same id, from the same user's cache: the same vector.
-    embedded = installed.cli("embed", HUB_MINILM, "--query", "--no-progress", stdin="What is an NPU?\n")
+    embedded = installed.cli(
+        "embed", "--model", HUB_MINILM, "--kind", "query", "--no-progress", stdin="What is an NPU?\n"
+    )
     assert embedded.returncode == 0, embedded.stderr
     assert np.abs(np.asarray(json.loads(embedded.stdout)["embedding"]) - vector).max() < 1e-2
 

@@ -42,6 +42,7 @@ EXPECTED_SECONDS = {
     "tests/test_multi_model_serve.py": 120,
     "tests/test_shared_engine.py": 100,
     "tests/test_demo.py": 110,
+    "tests/test_cli.py": 120,
     "tests/test_chunking.py": 80,
     "tests/test_precision.py": 80,
     "tests/test_framework_objects.py": 80,

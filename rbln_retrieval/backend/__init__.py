@@ -17,9 +17,13 @@ runner's settings) and ``vllm_compat`` (every private vLLM name and the SDK's pi
 ``__init__`` (each top-level module's docstring) names the stages it may import; no stage imports one that imports
 it (tests/backend/test_layout.py).
 
+This package is also the backend's front door: the rest of rbln_retrieval calls only the names below (engine
+arguments for a target, activation, the compile-only settings, the device and runtime facts, the few vLLM calls an
+in-process engine makes) and never imports a backend module itself (tests/test_import_graph.py).
+
 May import: errors, cpu_features
 Engine libraries: vllm, torch, transformers
-Stages it may import: vllm_compat, platform, graph
+Stages it may import: vllm_compat, platform, graph, config, npu
 """
 
 from __future__ import annotations
@@ -27,11 +31,62 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 from rbln_retrieval.backend import vllm_compat
+from rbln_retrieval.backend.config import CONFIG_KEY, cache_root, compile_only, engine_arguments, resolve
+from rbln_retrieval.backend.npu import artifacts, rbln_runtime
+from rbln_retrieval.backend.npu.rbln_runtime import (
+    FORCE_NPU_ENV,
+    LEGACY_DEVICES_ENV,
+    VISIBLE_DEVICES_ENV,
+    forced_npu_name,
+    probe,
+    require,
+    require_compiler,
+)
+from rbln_retrieval.backend.vllm_compat import (
+    SDK_PACKAGES,
+    SDK_RELEASE,
+    collections_deferred,
+    drop_import_error_tracebacks,
+    fresh_attention_backend_choice,
+    installed,
+    sdk_mismatches,
+    shutdown_keeping_distributed_groups,
+    stack_mismatches,
+)
 from rbln_retrieval.errors import EngineStartError
+
+__all__ = [
+    "FORCE_NPU_ENV",
+    "LEGACY_DEVICES_ENV",
+    "SDK_PACKAGES",
+    "SDK_RELEASE",
+    "TARGETS",
+    "VISIBLE_DEVICES_ENV",
+    "activated",
+    "claim_platform",
+    "collections_deferred",
+    "compile_only",
+    "compile_only_settings",
+    "drop_import_error_tracebacks",
+    "engine_args_for",
+    "forced_npu_name",
+    "fresh_attention_backend_choice",
+    "import_model",
+    "installed",
+    "pin_platform",
+    "probe",
+    "require",
+    "require_compiler",
+    "sdk_mismatches",
+    "shutdown_keeping_distributed_groups",
+    "stack_mismatches",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +96,54 @@ TARGETS = ("host", "rbln")
 PLATFORM = "rbln_retrieval.backend.platform.BundledPlatform"
 # The bundled runner subclasses vLLM's V1 runner; V2 would otherwise be picked wherever Triton has a CPU backend.
 _ENGINE_ENV = {"VLLM_USE_V2_MODEL_RUNNER": "0"}
+
+
+def engine_args_for(
+    target: str,
+    *,
+    model_dir: str | Path,
+    model: str,
+    max_length: int,
+    dtype: str,
+    strict_shapes: bool,
+    additional_config: Mapping[str, Any] | None,
+    max_num_batched_tokens: int | None = None,
+) -> dict[str, Any]:
+    """vLLM engine arguments that run an engine on the bundled runner for ``target`` ("host" or "rbln"), merged
+    with the caller's other ``additional_config`` entries. The runner's own settings are the caller's
+    ``additional_config["rbln_retrieval"]``; ``model`` names the model in the compile cache's key. On the rbln
+    target, a compile cache built for another NPU, SDK or snapshot is refused here, before vLLM starts."""
+    additional = dict(additional_config or {})
+    settings = dict(additional.pop(CONFIG_KEY, None) or {})
+    if max_num_batched_tokens is not None:
+        settings["max_num_batched_tokens"] = max_num_batched_tokens
+    npu = settings.pop("npu", None)
+    rbln = target == "rbln"
+    if rbln:
+        rbln_runtime.visible_devices()  # folds a legacy RBLN_DEVICES in before vLLM's processes start
+        npu = npu or rbln_runtime.npu_name()
+    bundled = resolve(
+        target=target,
+        max_length=max_length,
+        model=model,
+        dtype=dtype,
+        strict_shapes=strict_shapes,
+        user=settings,
+        npu=npu,
+        sdk=rbln_runtime.sdk_version() if rbln else "",
+        snapshot=artifacts.snapshot_fingerprint(model_dir, cache_root() / artifacts.CONTENT_HASHES) if rbln else "",
+    )
+    if rbln:  # the compile command replaces a mismatched cache instead
+        pins = artifacts.pins_for(bundled)
+        artifacts.check(bundled.cache_dir(), pins, model=model, rebuild=bundled.compile_only)
+    arguments = engine_arguments(bundled)
+    arguments["additional_config"] = {**additional, **arguments["additional_config"]}
+    return arguments
+
+
+def compile_only_settings(npu: str) -> dict[str, Any]:
+    """Engine arguments (``engine_kwargs``) that compile and cache every graph for ``npu`` without running them."""
+    return {"additional_config": {CONFIG_KEY: {"compile_only": True, "npu": npu}}}
 
 
 def register() -> str | None:

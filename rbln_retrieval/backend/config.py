@@ -10,6 +10,7 @@ Stages it may import: step, vllm_compat
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -30,10 +31,9 @@ DEFAULT_MAX_TOKENS_PER_STEP = 4096
 DEFAULT_STEP_COST_TOKENS = 64
 Kernels = Literal["host", "static"]
 HostCompileBackend = Literal["none", "eager", "inductor"]
-# Settings that no longer change what runs, accepted with a warning: what replaced each.
+# Settings of 0.1.0 that no longer change what runs, accepted with a warning for one release: what replaced each.
 DEPRECATED = {
     "one_request_per_step": "upstream vllm-rbln's prefill is reproduced by bench/upstream_prefill.py",
-    "host_row_width": "the host attends to every prompt in its own call, so a text's vector never depends on its step",
 }
 
 
@@ -149,10 +149,12 @@ class BundledConfig:
 
     @classmethod
     def from_vllm_config(cls, vllm_config: Any) -> BundledConfig:
+        """The config ``resolve`` built, read back from vLLM's config in the engine-core process (which receives it
+        as a plain dict): decoded once per process, however many stages ask for it."""
         raw = (vllm_config.additional_config or {}).get(CONFIG_KEY)
         if raw is None:
             raise RuntimeError("The bundled runner was loaded for an engine that did not ask for it.")
-        return cls(**{**raw, "buckets": tuple(raw["buckets"]), "rows": tuple(raw.get("rows", ()))})
+        return _decoded(json.dumps(raw, sort_keys=True))
 
     @staticmethod
     def requested(vllm_config: Any) -> bool:
@@ -216,7 +218,13 @@ def _host_buckets(settings: RunnerSettings, max_length: int) -> list[int]:
     return buckets
 
 
-def engine_overrides(
+@functools.lru_cache(maxsize=8)
+def _decoded(wire: str) -> BundledConfig:
+    raw = json.loads(wire)
+    return BundledConfig(**{**raw, "buckets": tuple(raw["buckets"]), "rows": tuple(raw.get("rows", ()))})
+
+
+def resolve(
     *,
     target: str,
     max_length: int,
@@ -227,10 +235,10 @@ def engine_overrides(
     npu: str | None = None,
     sdk: str = "",
     snapshot: str = "",
-) -> dict[str, Any]:
-    """vLLM engine arguments for the bundled runner; ``user`` holds the caller's ``additional_config`` entry (less
+) -> BundledConfig:
+    """The bundled runner's config for an engine: ``user`` holds the caller's ``additional_config`` entry (less
     ``npu``, read as ``RunnerSettings``), ``npu``, ``sdk`` and ``snapshot`` what the rbln target builds for (keyed,
-    and pinned in the cache's manifest)."""
+    and pinned in the cache's manifest). The one place a ``BundledConfig`` is built."""
     settings = RunnerSettings.parse(user)
     # The NPU cannot run host kernels: it always takes the static path.
     static = target == "rbln" or settings.kernels == "static"
@@ -244,7 +252,7 @@ def engine_overrides(
         raise ValueError("compile_only compiles for an NPU; it needs device='rbln'.")
     from vllm import __version__ as vllm_version
 
-    bundled = BundledConfig(
+    return BundledConfig(
         target=target,  # type: ignore[arg-type]
         buckets=tuple(buckets),
         rows=row_counts,
@@ -259,7 +267,12 @@ def engine_overrides(
         snapshot=snapshot,
         cache_root=str(cache_root()),
     )
-    native = {"compilation_config": {"custom_ops": NATIVE_CUSTOM_OPS}} if static else {}
+
+
+def engine_arguments(bundled: BundledConfig) -> dict[str, Any]:
+    """vLLM engine arguments that run ``bundled`` on the bundled runner; the config travels to the engine-core
+    process inside ``additional_config`` (``BundledConfig.from_vllm_config`` reads it there)."""
+    native = {"compilation_config": {"custom_ops": NATIVE_CUSTOM_OPS}} if bundled.kernels == "static" else {}
     return {
         **native,
         "worker_cls": "rbln_retrieval.backend.engine_core.worker.BundledWorker",
@@ -271,8 +284,13 @@ def engine_overrides(
         # step is what a static graph can run, and pooling requests never share a prompt prefix worth caching.
         "enable_chunked_prefill": False,
         "enable_prefix_caching": False,
-        "max_num_batched_tokens": max(buckets),
+        "max_num_batched_tokens": max(bundled.buckets),
         "additional_config": {
             CONFIG_KEY: {**asdict(bundled), "buckets": list(bundled.buckets), "rows": list(bundled.rows)}
         },
     }
+
+
+def engine_overrides(**resolve_args: Any) -> dict[str, Any]:
+    """``engine_arguments(resolve(...))``: the engine arguments for the caller's settings in one call."""
+    return engine_arguments(resolve(**resolve_args))

@@ -1,5 +1,5 @@
-"""The engine options, validated once, and what they resolve to: the model snapshot to read, and the bundled
-backend's target on the resolved device.
+"""The engine options, each declared once (type, default, help), validated once, and what they resolve to: the model
+snapshot to read, and the bundled backend's target on the resolved device.
 
 Imports: models (families, source); pydantic.
 """
@@ -15,11 +15,57 @@ from rbln_retrieval.models.families import FamilyName
 from rbln_retrieval.models.source import ModelSource, resolve_model
 
 Device = Literal["auto", "rbln", "cpu"]
+DType = Literal["auto", "float32", "bfloat16"]
+Runner = Literal["bundled", "stock"]
 # host: the bundled runner's graphs on this CPU; rbln: compiled by the RBLN compiler for an NPU.
 Target = Literal["host", "rbln"]
 
 
-class EngineOptions(BaseModel):
+class SourceOptions(BaseModel):
+    """Where a model's files come from, as every entry point names them (the framework objects' fields, the CLI's
+    flags); ``PoolingEngine`` takes the same names as keyword arguments (rbln_retrieval.models.source)."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    revision: str | None = None
+    """Branch, tag or commit of a Hugging Face id (default: `main`)."""
+
+    cache_folder: str | None = None
+    """Hugging Face cache to resolve ids in and download to (default: `HF_HUB_CACHE`, under `HF_HOME`)."""
+
+
+class ComputeOptions(BaseModel):
+    """How a model runs, as a user chooses it: each option declared once here with its type, default and help (its
+    docstring). ``EngineOptions`` adds the options only the core takes; the framework objects' settings
+    (rbln_retrieval.frameworks.settings) inherit these fields, the CLI's flags are made from them (rbln_retrieval.cli)
+    and the options table of docs/getting-started.md is held to them (tests/test_options.py)."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    device: Device = "auto"
+    """Where the model runs: `rbln` (an RBLN NPU), `cpu`, or `auto` (an NPU when one is present)."""
+
+    dtype: DType = "auto"
+    """Compute type on the CPU: `auto` is bfloat16 matmuls (pooling and normalization in float32) on CPUs with
+    native BF16 (AVX512_BF16 or AMX) and float32 otherwise, whatever the checkpoint's own dtype."""
+
+    max_length: int | None = Field(default=None, gt=0)
+    """Token limit per input (per query-document pair for rerankers); unset: the model's own limit."""
+
+    family: FamilyName | None = None
+    """The model family; None reads it from the model directory (or, remote, from the server's description)."""
+
+    trust_remote_code: bool = False
+    """Run code shipped with the model (tokenizer or model classes); off unless you trust the source."""
+
+    allow_pickle: bool = False
+    """Load pickle weights (`*.bin`); off: only safetensors are loaded, as pickle can run code."""
+
+    engine_kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Extra vLLM engine arguments (`vllm.AsyncEngineArgs` names), e.g. `{"max_num_seqs": 64}`."""
+
+
+class EngineOptions(ComputeOptions):
     """Everything that changes an engine's computation; equal options share one engine. Per-call behaviour
     (truncation, timeouts, batch sizes, progress) is an argument of each call instead, and where the files come
     from (revision, cache_folder, token, local_files_only) is named by the resolved snapshot directory (see
@@ -27,18 +73,17 @@ class EngineOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    device: Device = "auto"
-    runner: Literal["bundled", "stock"] = "bundled"
-    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
-    max_length: int | None = Field(default=None, gt=0)
-    family: FamilyName | None = None
-    trust_remote_code: bool = False
-    allow_pickle: bool = False
+    runner: Runner = "bundled"
+    """The bundled backend (`bundled`) or vLLM's stock CPU runner (`stock`)."""
+
     strict_shapes: bool = False
-    # True: vLLM's engine runs in this process (rbln_retrieval.local.inproc): no engine processes to spawn, each
-    # re-importing vLLM and torch, and no inter-process hop per step. False: vLLM's AsyncLLM with its processes.
+    """Trace every bucket graph through torch.compile on the host too, record it and refuse a compile after warmup,
+    as the NPU's static graphs would."""
+
     in_process: bool = True
-    engine_kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Run vLLM's engine in this process (no engine processes to spawn, each re-importing vLLM and torch, and no
+    inter-process hop per step); False: vLLM's AsyncLLM with its own engine processes, which keep a crashing engine
+    out of your process."""
 
     def target(self, device: str) -> Target | None:
         """The bundled backend's target on the resolved ``device``, or None for vLLM's stock CPU runner."""

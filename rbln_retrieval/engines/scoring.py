@@ -1,6 +1,7 @@
 """How a query scores against documents, decided once for every engine: a document's best window (chunked), late
 interaction (MaxSim over multi-vectors), the dot product of sparse vectors (SPLADE), the cosine of embeddings, or
-the model reading each (query, document) pair (a cross-encoder, or Qwen3-Reranker's template around the pair).
+the model reading each (query, document) pair (a cross-encoder, or a family's template around the pair, as
+Qwen3-Reranker reads it).
 
 The engines differ only in how they pool (local: vLLM's engine in this process; remote: a server over HTTP): each
 hands the router a Scorer holding its family, the tokenizer windows are cut with, which token-level outputs it
@@ -48,8 +49,8 @@ class Scorer:
     """What differs between engines, as the router uses it: the model, its family (a remote engine asks the
     server), the tokenizer windows are cut with, which token-level outputs the engine gives (``check_outputs``
     refuses the others), ``embed`` (an EmbedRequest's output for texts; empty input, empty result), and the finite
-    scores, in input order, of a cross-encoder reading (query, document) pairs and of Qwen3-Reranker reading its
-    template around them."""
+    scores, in input order, of a cross-encoder reading (query, document) pairs and of a template reranker
+    (Qwen3-Reranker) reading its family's template around them."""
 
     model: str
     family: Callable[[], Awaitable[ModelFamily]]
@@ -57,7 +58,7 @@ class Scorer:
     check_outputs: CheckOutputs
     embed: EmbedRows
     score_pairs: ScorePairs
-    score_qwen3_reranker: ScorePairs
+    score_template: ScorePairs
 
 
 async def score(
@@ -106,5 +107,5 @@ async def score(
             [query], EmbedRequest(kind="query", instruction=instruction), truncate=truncate, what="texts"
         )
         return [float(s) for s in vectors @ q[0]]
-    score_pairs = scorer.score_qwen3_reranker if method is Scoring.TEMPLATE else scorer.score_pairs
+    score_pairs = scorer.score_template if method is Scoring.TEMPLATE else scorer.score_pairs
     return await score_pairs(query, documents, family=family, instruction=instruction, truncate=truncate)

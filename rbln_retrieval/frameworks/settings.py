@@ -4,7 +4,7 @@ and how a framework object turns them into its claim on a shared engine (rbln_re
 LangChain's and LlamaIndex's classes inherit these fields; each adds its model field (``model`` or
 ``model_name``) and its own per-call fields (batch size, prompts, top_n...).
 
-Imports: frameworks (connect, foreign), engines (shared), models (families), text (inputs); pydantic.
+Imports: frameworks (connect, foreign), engines (options, shared), text (inputs); pydantic.
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from __future__ import annotations
 import os
 import urllib.parse
 from collections.abc import Iterator
-from typing import Any, ClassVar, Literal, Self
+from typing import Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_serializer, field_validator, model_validator
+from pydantic import ConfigDict, Field, SecretStr, field_serializer, field_validator, model_validator
 
+from rbln_retrieval.engines.options import ComputeOptions, SourceOptions
 from rbln_retrieval.engines.shared import EngineHandle
 from rbln_retrieval.frameworks.connect import get_engine
 from rbln_retrieval.frameworks.foreign import refuse_foreign_options
-from rbln_retrieval.models.families import FamilyName
 from rbln_retrieval.text.inputs import Chunk, Truncate
 
 API_KEY_ENV = "RBLN_API_KEY"
@@ -27,20 +27,7 @@ API_KEY_ENV = "RBLN_API_KEY"
 # The settings that select the shared engine: equal values share one engine, and they cannot change after
 # construction. Every other field is read at each call, so assigning it takes effect.
 ENGINE_SETTINGS = frozenset(
-    {
-        "revision",
-        "cache_folder",
-        "hf_token",
-        "device",
-        "dtype",
-        "max_length",
-        "family",
-        "trust_remote_code",
-        "allow_pickle",
-        "engine_kwargs",
-        "base_url",
-        "api_key",
-    }
+    {*SourceOptions.model_fields, "hf_token", *ComputeOptions.model_fields, "base_url", "api_key"}
 )
 
 
@@ -91,49 +78,22 @@ def _api_key_from_env() -> SecretStr | None:
     return SecretStr(key) if key else None
 
 
-class EngineSettings(EngineHolder, BaseModel):
-    """Where the model comes from, where and how it runs, and the remote server, for a framework object."""
+class EngineSettings(EngineHolder, ComputeOptions, SourceOptions):
+    """Where the model comes from, where and how it runs, and the remote server, for a framework object. The
+    source and compute options are declared once, in rbln_retrieval.engines.options."""
 
     model_config = ConfigDict(use_attribute_docstrings=True)
 
     _frozen_fields: ClassVar[frozenset[str]] = ENGINE_SETTINGS
 
-    revision: str | None = None
-    """Branch, tag or commit of a Hugging Face id (default: `main`)."""
-
-    cache_folder: str | None = None
-    """Hugging Face cache to resolve ids in and download to (default: `HF_HUB_CACHE`, under `HF_HOME`)."""
-
     hf_token: SecretStr | None = Field(default=None, exclude=True)
     """Hugging Face token for gated or private models; None uses huggingface_hub's own (`HF_TOKEN`, or
     `hf auth login`). Never logged, shown or serialized."""
-
-    device: Literal["auto", "rbln", "cpu"] = "auto"
-    """Where the model runs: `rbln` (an RBLN NPU), `cpu`, or `auto` (an NPU when one is present)."""
-
-    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
-    """Compute type on the CPU: `auto` is bfloat16 matmuls (pooling and normalization in float32) on CPUs with
-    native BF16 (AVX512_BF16 or AMX) and float32 otherwise, whatever the checkpoint's own dtype."""
-
-    max_length: int | None = Field(default=None, gt=0)
-    """Token limit per input (per query-document pair for rerankers); None uses the model's own limit."""
 
     truncate: Truncate = "end"
     """What happens to inputs over `max_length`: cut at the end, cut at the start, raise an error, or `"chunk"` /
     `Chunk(overlap=...)`: windows of `max_length` combined (embeddings: token-weighted mean; scores: the best
     window's). Applied per call: objects differing only in it share one engine."""
-
-    family: FamilyName | None = None
-    """The model family; None reads it from the model directory (or, remote, from the server's description)."""
-
-    trust_remote_code: bool = False
-    """Run code shipped with the model (tokenizer or model classes); off unless you trust the source."""
-
-    allow_pickle: bool = False
-    """Load pickle weights (`*.bin`); off: only safetensors are loaded, as pickle can run code."""
-
-    engine_kwargs: dict[str, Any] = Field(default_factory=dict)
-    """Extra vLLM engine arguments (`vllm.AsyncEngineArgs` names), e.g. `{"max_num_seqs": 64}`."""
 
     base_url: str | list[str] | None = None
     """URL of an `rbln-retrieval serve` server (or a list of replicas); None runs the model in this process. A

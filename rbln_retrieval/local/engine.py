@@ -4,7 +4,7 @@ rbln_retrieval.engines.requests; how a query scores is decided by rbln_retrieval
 engine), which asks this engine's embedding and pair-scoring steps, and long texts' windows are pooled through
 rbln_retrieval.engines.windows.
 
-Imports: backend (config), engines, local, models, results, text; vLLM inside the calls that build its requests.
+Imports: backend (compile_only), engines, local, models, results, text; vLLM inside the calls that build its requests.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, TypeVar, Unpack
 import numpy as np
 from tqdm.auto import tqdm
 
-from rbln_retrieval.backend.config import compile_only
+from rbln_retrieval import backend
 from rbln_retrieval.engines.loop import EngineLoop
 from rbln_retrieval.engines.options import EngineOptions
 from rbln_retrieval.engines.requests import (
@@ -53,7 +53,7 @@ from rbln_retrieval.results.quantize import quantizer
 from rbln_retrieval.results.ranking import rank
 from rbln_retrieval.text.chunks import embed_windows
 from rbln_retrieval.text.inputs import Truncate, check_dimensions, check_truncate, chunking, chunks
-from rbln_retrieval.text.prompts import embed_prefix, qwen3_reranker_pairs
+from rbln_retrieval.text.prompts import embed_prefix, template_pairs
 from rbln_retrieval.text.tokens import PromptTokenizer, Tokens
 
 logger = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ class PoolingEngine(ImageEmbedding):
         check_remote_code(self.model, self.family, trust_remote_code=self.options.trust_remote_code)
         check_weights(self.model, allow_pickle=self.options.allow_pickle)
         self.options.target(self.options.device)  # refuses runner="stock" on device="rbln" before any work
-        self.device = resolve_device(self.options.device, compile_only=compile_only(self.options.engine_kwargs))
+        self.device = resolve_device(self.options.device, compile_only=backend.compile_only(self.options.engine_kwargs))
         self.target = self.options.target(self.device)
         self.tokenizer = PromptTokenizer(self.model, self.family, trust_remote_code=self.options.trust_remote_code)
         self._loop = EngineLoop()
@@ -328,7 +328,7 @@ class PoolingEngine(ImageEmbedding):
             check_outputs=check_outputs,
             embed=self._embed_any,
             score_pairs=self._score_pairs,
-            score_qwen3_reranker=self._score_qwen3_reranker,
+            score_template=self._score_template,
         )
         return score(scorer, query, documents, request=request, truncate=truncate)
 
@@ -348,14 +348,14 @@ class PoolingEngine(ImageEmbedding):
 
         return await self._classify(documents, tokenize)
 
-    async def _score_qwen3_reranker(
+    async def _score_template(
         self, query: str, documents: Iterable[str], *, family: ModelFamily, instruction: str | None, truncate: Truncate
     ) -> list[float]:
-        """Qwen3-Reranker's P(yes) for each document inside its template."""
+        """A template reranker's P(yes) for each document inside its family's template (Qwen3-Reranker's)."""
 
         async def tokenize(first: int, chunk: list[str]) -> list[Tokens]:
-            pairs = qwen3_reranker_pairs(family, query, chunk, instruction)
-            return await _off_loop(chunk, self.tokenizer.encode_qwen3_reranker, pairs, truncate, first_index=first)
+            pairs = template_pairs(family, query, chunk, instruction)
+            return await _off_loop(chunk, self.tokenizer.encode_template, pairs, truncate, first_index=first)
 
         return await self._classify(documents, tokenize)
 

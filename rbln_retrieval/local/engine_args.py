@@ -1,7 +1,7 @@
 """A model family's preset as vLLM engine arguments, shared by the in-process engine and `rbln-retrieval serve`.
 
-Imports: cpu_features, engines (options), models (families); backend (config, rbln_runtime) inside the function
-that needs them.
+Imports: cpu_features, engines (options), models (families); backend (its front door) inside the function that
+needs it.
 """
 
 from __future__ import annotations
@@ -59,45 +59,21 @@ def vllm_engine_kwargs(
     target = options.target(device)
     if target is None:
         return _stock_kwargs(model_dir, family, options, dtype, extra)
-    from rbln_retrieval.backend.config import CONFIG_KEY, cache_root, engine_overrides
-    from rbln_retrieval.backend.npu import rbln_runtime
-    from rbln_retrieval.backend.npu.artifacts import CONTENT_HASHES, snapshot_fingerprint
+    from rbln_retrieval import backend
 
-    additional = dict(extra.pop("additional_config", None) or {})
-    settings = dict(additional.pop(CONFIG_KEY, None) or {})
-    if "max_num_batched_tokens" in extra:
-        settings["max_num_batched_tokens"] = extra.pop("max_num_batched_tokens")
-    npu = settings.pop("npu", None)
-    if target == "rbln":
-        rbln_runtime.visible_devices()  # folds a legacy RBLN_DEVICES in before vLLM's processes start
-        npu = npu or rbln_runtime.npu_name()
-    bundled = engine_overrides(
-        target=target,
-        max_length=family.max_length,
+    bundled = backend.engine_args_for(
+        target,
+        model_dir=model_dir,
         model=model_key or str(model_dir),
+        max_length=family.max_length,
         dtype=dtype,
         strict_shapes=options.strict_shapes,
-        user=settings,
-        npu=npu,
-        sdk=rbln_runtime.sdk_version() if target == "rbln" else "",
-        snapshot=snapshot_fingerprint(model_dir, cache_root() / CONTENT_HASHES) if target == "rbln" else "",
+        additional_config=extra.pop("additional_config", None),
+        max_num_batched_tokens=extra.pop("max_num_batched_tokens", None),
     )
-    if target == "rbln":
-        _check_artifacts(bundled["additional_config"][CONFIG_KEY], model_key or str(model_dir))
-    bundled["additional_config"] = {**additional, **bundled["additional_config"]}
     kwargs = _stock_kwargs(model_dir, family, options, dtype, extra)
     kwargs["kv_cache_memory_bytes"] = _kv_cache_bytes(family, bundled["max_num_batched_tokens"])
     return {**kwargs, **bundled}
-
-
-def _check_artifacts(settings: dict[str, Any], model: str) -> None:
-    """Refuse, before vLLM starts, a compile cache built for another NPU, SDK or snapshot (the compile command
-    replaces it instead)."""
-    from rbln_retrieval.backend.config import BundledConfig
-    from rbln_retrieval.backend.npu import artifacts
-
-    config = BundledConfig(**{**settings, "buckets": tuple(settings["buckets"])})
-    artifacts.check(config.cache_dir(), artifacts.pins_for(config), model=model, rebuild=config.compile_only)
 
 
 def _stock_kwargs(

@@ -12,7 +12,7 @@ the OpenMP thread team torch creates for it during the bucket warmup serves ever
 vLLM keeps the current engine config and the forward context (attention metadata) in module globals, so the
 in-process engines of one process take turns: one builds, steps or answers an RPC at a time.
 
-Imports: backend (vllm_compat); vLLM inside the functions that start and run its engine.
+Imports: backend (the vLLM calls its front door names); vLLM inside the functions that start and run its engine.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import Any
 
-from rbln_retrieval.backend import vllm_compat
+from rbln_retrieval import backend
 
 logger = logging.getLogger(__name__)
 
@@ -83,9 +83,9 @@ def _shut_down(engine: Any) -> None:
     """vLLM's engine-core shutdown, which also destroys the process's torch.distributed groups: other live
     in-process engines still step through them, so only the last engine's shutdown tears them down."""
     _LIVE.discard(id(engine))
-    with vllm_compat.collections_deferred():  # _return_freed_memory collects once, after
+    with backend.collections_deferred():  # _return_freed_memory collects once, after
         if _LIVE:
-            vllm_compat.shutdown_keeping_distributed_groups(engine)
+            backend.shutdown_keeping_distributed_groups(engine)
         else:
             engine.engine_core.shutdown()
 
@@ -125,7 +125,7 @@ class InprocEngine:
         abandoned = threading.Event()
 
         def build() -> Any:
-            vllm_compat.fresh_attention_backend_choice()
+            backend.fresh_attention_backend_choice()
             # vLLM's start runs five full collections and then freezes the heap itself (unfrozen at shutdown);
             # freezing first keeps those collections off the application's heap, which dwarfs the engine's.
             gc.freeze()

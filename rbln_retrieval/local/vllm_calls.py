@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from rbln_retrieval.backend import vllm_compat
 from rbln_retrieval.engines.options import EngineOptions
 from rbln_retrieval.errors import EngineDeadError, EngineStartError
 from rbln_retrieval.local.engine_args import cpu_threads_env, vllm_engine_kwargs
@@ -86,7 +85,7 @@ async def start_vllm(
         )
         raise EngineStartError(f"vLLM could not start an engine for {model}: {reason}") from exc
     finally:
-        vllm_compat.drop_import_error_tracebacks()  # vLLM's first import happened somewhere in this start
+        backend.drop_import_error_tracebacks()  # vLLM's first import happened somewhere in this start
     if target == "rbln" and (note := npu_note(family.name, model)):
         logger.warning(note)
     return engine

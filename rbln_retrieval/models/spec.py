@@ -40,11 +40,16 @@ class Scoring(Enum):
 
 @dataclass(frozen=True)
 class PairTemplate:
-    """A reranker's prompt around a (query, document) pair: the fixed prefix and suffix are never truncated."""
+    """A reranker's prompt around a (query, document) pair (``Scoring.TEMPLATE``): the fixed prefix and suffix are
+    never truncated. The scoring stage asks the family's template for its texts and knows no family."""
 
     prefix: str
     pair: str  # with {instruction}, {query} and {document}
     suffix: str
+
+    def pairs(self, query: str, documents: list[str], instruction: str) -> list[str]:
+        """The part of each document's prompt that truncation may cut."""
+        return [self.pair.format(instruction=instruction, query=query, document=d) for d in documents]
 
 
 class Checkpoint:

@@ -323,7 +323,7 @@ class RemoteEngine(RemoteImageEmbedding):
             check_outputs=check_remote_outputs,
             embed=self._embed,
             score_pairs=self._score_pairs,
-            score_qwen3_reranker=self._score_qwen3_reranker,
+            score_template=self._score_template,
         )
         return score(scorer, query, documents, request=request, truncate=truncate)
 
@@ -342,11 +342,11 @@ class RemoteEngine(RemoteImageEmbedding):
             per_item=len(query.encode()),  # and the server counts its tokens once per document
         )
 
-    async def _score_qwen3_reranker(
+    async def _score_template(
         self, query: str, documents: Iterable[str], *, family: ModelFamily, instruction: str | None, truncate: Truncate
     ) -> list[float]:
-        """Qwen3-Reranker's P(yes) from the server's /score route, which puts the query, each document and the
-        instruction in the model's template as the local engine does."""
+        """A template reranker's P(yes) (Qwen3-Reranker's) from the server's /score route, which puts the query, each
+        document and the instruction in the family's template as the local engine does."""
         cut = self._truncation(family, truncate)
         return await self._served_scores(
             "/score",

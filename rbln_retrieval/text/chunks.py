@@ -23,7 +23,7 @@ from collections.abc import Callable
 from rbln_retrieval.models.families import ModelFamily
 from rbln_retrieval.models.spec import Scoring
 from rbln_retrieval.text.inputs import Chunk
-from rbln_retrieval.text.prompts import embed_prefix, pair_template, qwen3_reranker_pairs, score_method
+from rbln_retrieval.text.prompts import embed_prefix, pair_template, score_method, template_pairs
 from rbln_retrieval.text.tokens import PromptTokenizer
 
 Span = tuple[int, int]
@@ -126,11 +126,11 @@ def score_windows(tokenizer: PromptTokenizer, model: str, query: str, instructio
     template = pair_template(family)
     fixed = sum(len(hf(part, add_special_tokens=False)["input_ids"]) for part in (template.prefix, template.suffix))
 
-    def qwen3(docs: list[str]) -> list[int]:
-        texts = qwen3_reranker_pairs(family, query, docs, instruction)
+    def templated(docs: list[str]) -> list[int]:
+        texts = template_pairs(family, query, docs, instruction)
         return [fixed + len(ids) for ids in hf(texts, add_special_tokens=False)["input_ids"]]
 
-    return Windows(tokenizer, qwen3, chunk.overlap, "query, instruction and Qwen3-Reranker template")
+    return Windows(tokenizer, templated, chunk.overlap, "query, instruction and the reranker's template")
 
 
 def check_dense_only(output: object, family: ModelFamily) -> None:

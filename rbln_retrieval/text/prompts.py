@@ -50,8 +50,8 @@ def pair_template(family: ModelFamily) -> PairTemplate:
     return family.spec.pair_template
 
 
-def qwen3_reranker_pairs(family: ModelFamily, query: str, documents: list[str], instruction: str | None) -> list[str]:
-    """The part of Qwen3-Reranker's prompt that truncation may cut, one per document (the fixed prefix and suffix
-    around it never are)."""
+def template_pairs(family: ModelFamily, query: str, documents: list[str], instruction: str | None) -> list[str]:
+    """The part of a template reranker's prompt that truncation may cut, one per document (the fixed prefix and
+    suffix around it never are), with the family's default task when the call names none."""
     task = instruction if instruction is not None else family.default_instruction
-    return [pair_template(family).pair.format(instruction=task, query=query, document=d) for d in documents]
+    return pair_template(family).pairs(query, documents, task or "")

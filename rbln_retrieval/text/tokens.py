@@ -149,9 +149,9 @@ class PromptTokenizer:
         type_ids = enc.get("token_type_ids") if self.family.uses_token_type_ids else None
         return [Tokens(ids, type_ids[pos] if type_ids else None) for pos, ids in enumerate(enc["input_ids"])]
 
-    def encode_qwen3_reranker(self, pairs: list[str], truncate: str = "end", *, first_index: int = 0) -> list[Tokens]:
-        """Qwen3-Reranker's own recipe: fixed prefix and suffix tokens around each truncated pair text
-        (rbln_retrieval.text.prompts.qwen3_reranker_pairs)."""
+    def encode_template(self, pairs: list[str], truncate: str = "end", *, first_index: int = 0) -> list[Tokens]:
+        """A template reranker's recipe (Qwen3-Reranker's): the family template's fixed prefix and suffix tokens
+        around each truncated pair text (rbln_retrieval.text.prompts.template_pairs)."""
         hf = self._for(truncate)
         template = pair_template(self.family)
         prefix = hf(template.prefix, add_special_tokens=False)["input_ids"]

@@ -118,7 +118,7 @@ def test_runner_settings_refuse_a_bad_value_in_one_sentence_naming_it():
             RunnerSettings.parse(raw)
 
 
-@pytest.mark.parametrize("name", ["one_request_per_step", "host_row_width"])
+@pytest.mark.parametrize("name", ["one_request_per_step"])
 def test_settings_that_left_production_are_ignored_with_a_warning(name):
     def overrides(user):
         return engine_overrides(
@@ -128,6 +128,11 @@ def test_settings_that_left_production_are_ignored_with_a_warning(name):
     with pytest.warns(DeprecationWarning, match=f"{name} is deprecated and ignored"):
         deprecated = overrides({name: 64})
     assert deprecated == overrides({})
+
+
+def test_a_setting_that_never_shipped_is_refused_as_unknown():
+    with pytest.raises(ValueError, match=r"Unknown bundled-runner settings \['host_row_width'\]"):
+        RunnerSettings.parse({"host_row_width": 64})
 
 
 class _Prompt:

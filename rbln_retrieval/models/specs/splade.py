@@ -1,15 +1,74 @@
-"""SPLADE: a BERT masked-LM head whose logits become one sparse vector over the vocabulary (the checks and the
-architecture the bundled backend registers are models/splade.py's); sparse vectors score by their dot product.
+"""SPLADE: a BERT masked-LM head whose logits become one sparse vector over the vocabulary; sparse vectors score by
+their dot product.
 
-Imports: models (spec, splade).
+The recipe (naver/splade, sentence-transformers' SparseEncoder): per vocabulary id, the largest
+log(1 + relu(MLM logit)) over the text's tokens. Two layouts are recognized: sentence-transformers' files
+(``modules.json`` holding an ``MLMTransformer`` and a ``SpladePooling`` module) and the bare transformers checkpoint
+older releases are (``config.json`` naming ``BertForMaskedLM``). vLLM runs it as BertSpladeSparseEmbeddingModel
+(the bundled backend's fix of its loader, rbln_retrieval.backend.graph.splade, is named in hf_overrides).
+
+Imports: errors, models (files, spec).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from rbln_retrieval.errors import ModelNotSupportedError
+from rbln_retrieval.models.files import read_json
 from rbln_retrieval.models.spec import Checkpoint, FamilySpec, Scoring
-from rbln_retrieval.models.splade import SPLADE_ARCHS, SPLADE_OVERRIDES, check_splade, is_masked_lm
+
+SPLADE_ARCHS = {"BertForMaskedLM"}
+# The architecture rbln_retrieval.backend.graph.splade defines for vLLM (vLLM's own, with its weight loading fixed).
+SPLADE_OVERRIDES = {"architectures": ["RblnBertSpladeModel"]}
+# sentence-transformers' SparseEncoder modules of a SPLADE checkpoint, by the end of their type name.
+_SPLADE_MODULES = ("MLMTransformer", "SpladePooling")
+
+
+def is_masked_lm(arch: str) -> bool:
+    return arch.endswith("ForMaskedLM")
+
+
+def is_splade(modules: list[dict[str, Any]]) -> bool:
+    """sentence-transformers' SparseEncoder files with SPLADE pooling."""
+    return any(m.get("type", "").endswith("SpladePooling") for m in modules)
+
+
+def check_splade(model_dir: Path, arch: str, modules: list[dict[str, Any]]) -> None:
+    """Refuse, in one sentence naming the item, a SPLADE checkpoint vLLM's SPLADE model cannot compute as its
+    sentence-transformers files say."""
+    if arch not in SPLADE_ARCHS:
+        raise ModelNotSupportedError(
+            f"{model_dir} has architecture {arch or 'none'!r}; rbln-retrieval runs SPLADE on BERT masked-LM "
+            "checkpoints (BertForMaskedLM) only, the architecture vLLM's SPLADE model takes."
+        )
+    if not modules:
+        return  # the bare transformers layout: the recipe's defaults (max pooling, relu)
+    if not is_splade(modules):
+        raise ModelNotSupportedError(
+            f"{model_dir} is a BertForMaskedLM checkpoint whose sentence-transformers modules hold no SpladePooling "
+            "module; rbln-retrieval runs masked-LM checkpoints as SPLADE only."
+        )
+    if other := [m.get("type", "?") for m in modules if not m.get("type", "").endswith(_SPLADE_MODULES)]:
+        raise ModelNotSupportedError(
+            f"{model_dir}'s sentence-transformers modules include {other[0]}, which rbln-retrieval does not run "
+            "for SPLADE (it runs MLMTransformer followed by SpladePooling)."
+        )
+    pooling_dir = next(m.get("path", "") for m in modules if m.get("type", "").endswith("SpladePooling"))
+    config = read_json(model_dir / pooling_dir / "config.json")
+    config = config if isinstance(config, dict) else {}
+    # vLLM builds its SPLADE pooler with max pooling and a single log1p; sentence-transformers' defaults agree.
+    if (strategy := config.get("pooling_strategy", "max")) != "max":
+        raise ModelNotSupportedError(
+            f"{model_dir}'s SpladePooling has pooling_strategy {strategy!r}; rbln-retrieval runs SPLADE's max "
+            "pooling only."
+        )
+    if (activation := config.get("activation_function", "relu")) != "relu":
+        raise ModelNotSupportedError(
+            f"{model_dir}'s SpladePooling has activation_function {activation!r}; rbln-retrieval runs "
+            "log(1 + relu(logit)) only."
+        )
 
 
 def _preset(ckpt: Checkpoint) -> dict[str, Any]:

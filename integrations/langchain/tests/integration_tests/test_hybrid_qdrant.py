@@ -20,27 +20,26 @@ from qdrant_client.hybrid.fusion import DEFAULT_RANKING_CONSTANT_K
 
 from langchain_rbln import RBLNEmbeddings, RBLNReranker, RBLNSparseEmbeddings
 
-CPU = {"device": "cpu", "dtype": "float32"}
 CORPUS = json.loads((Path(__file__).parent / "data" / "corpus.json").read_text(encoding="utf-8"))
 TEXTS = list(CORPUS["passages"].values())[:40]
 K = 5
 
 
 @pytest.fixture(scope="module")
-def bge_m3(tiny_model):
+def bge_m3(tiny_model, cpu):
     path = tiny_model("bge-m3")
-    with RBLNEmbeddings(model=path, **CPU) as dense, RBLNSparseEmbeddings(model=path, **CPU) as sparse:
+    with RBLNEmbeddings(model=path, **cpu) as dense, RBLNSparseEmbeddings(model=path, **cpu) as sparse:
         yield dense, sparse
 
 
 @pytest.fixture(scope="module", params=["bge-m3", "splade"])
-def hybrid(request, tiny_model):
+def hybrid(request, tiny_model, cpu):
     """(dense, sparse) embeddings: bge-m3's two outputs, or SPLADE's sparse vectors beside a bi-encoder's."""
     if request.param == "bge-m3":
         yield request.getfixturevalue("bge_m3")
         return
     dense_model, sparse_model = tiny_model("bert-cls"), tiny_model("splade")
-    with RBLNEmbeddings(model=dense_model, **CPU) as dense, RBLNSparseEmbeddings(model=sparse_model, **CPU) as sparse:
+    with RBLNEmbeddings(model=dense_model, **cpu) as dense, RBLNSparseEmbeddings(model=sparse_model, **cpu) as sparse:
         yield dense, sparse
 
 
@@ -72,18 +71,21 @@ async def test_async_sparse_equals_sync(hybrid):
     assert await sparse.aembed_query(TEXTS[1]) == sparse.embed_query(TEXTS[1])
 
 
-def test_a_model_without_a_sparse_head_is_refused_in_one_sentence(minilm):
+def test_a_model_without_a_sparse_head_is_refused_in_one_sentence(minilm, cpu):
     with pytest.raises(ValueError, match=r"has no sparse \(lexical weight\) head \(family bi-encoder\)"):
-        RBLNSparseEmbeddings(model=minilm, **CPU)
+        RBLNSparseEmbeddings(model=minilm, **cpu)
 
 
-def test_a_splade_model_asked_for_dense_vectors_says_so(hybrid):
-    _, sparse = hybrid
-    with RBLNEmbeddings(model=sparse.model, **CPU) as dense:
+def test_a_splade_model_asked_for_dense_vectors_says_so(hybrid, cpu):
+    """SPLADE refuses output='dense' in one sentence; bge-m3 gives both, its dense vectors the dense side's."""
+    dense_side, sparse = hybrid
+    with RBLNEmbeddings(model=sparse.model, **cpu) as dense:
         if dense.engine.family.gives_dense:
-            return  # bge-m3 gives both
-        with pytest.raises(ValueError, match=r"is a SPLADE model: .* cannot give output='dense'; ask for output"):
-            dense.embed_documents(["a"])
+            assert dense.model == dense_side.model, "only bge-m3 of the two sparse models gives dense vectors"
+            assert dense.embed_documents(TEXTS[:3]) == dense_side.embed_documents(TEXTS[:3])
+        else:
+            with pytest.raises(ValueError, match=r"is a SPLADE model: .* cannot give output='dense'; ask for output"):
+                dense.embed_documents(["a"])
 
 
 @pytest.mark.parametrize("mode", [RetrievalMode.SPARSE, RetrievalMode.HYBRID])
@@ -119,24 +121,24 @@ def test_qdrant_local_mode_ranks_as_the_engine_vectors_say(hybrid, mode, tmp_pat
     store.client.close()
 
 
-def test_reranker_with_late_interaction_ranks_by_maxsim(bge_m3, tiny_model, minilm):
+def test_reranker_with_late_interaction_ranks_by_maxsim(bge_m3, tiny_model, minilm, cpu):
     dense, _ = bge_m3
-    with RBLNReranker(model=tiny_model("bge-m3"), late_interaction=True, top_n=3, **CPU) as reranker:
+    with RBLNReranker(model=tiny_model("bge-m3"), late_interaction=True, top_n=3, **cpu) as reranker:
         ranked = reranker.rerank(TEXTS[1:9], TEXTS[0], top_n=3)
     scores = dense.engine.score(TEXTS[0], TEXTS[1:9], output="multi_vector")
     assert [r["index"] for r in ranked] == _top(scores, 3)
     assert [r["relevance_score"] for r in ranked] == pytest.approx(sorted(scores, reverse=True)[:3], abs=1e-6)
     with pytest.raises(ValueError, match=r"has no multi-vector \(ColBERT\) head \(family bi-encoder\)"):
-        RBLNReranker(model=minilm, late_interaction=True, **CPU)
+        RBLNReranker(model=minilm, late_interaction=True, **cpu)
 
 
-def test_reranker_on_a_colbert_model_ranks_by_maxsim_without_flags(tiny_model):
+def test_reranker_on_a_colbert_model_ranks_by_maxsim_without_flags(tiny_model, cpu):
     """A ColBERT checkpoint has token vectors only: RBLNReranker scores by MaxSim without late_interaction=True,
     as the plain-torch ColBERT reference does (sum over query tokens of the best document-token dot product)."""
     path = str(tiny_model("colbert"))
     (query,) = reference.colbert(path, [TEXTS[0]], max_length=512)
     expected = [reference.colbert_maxsim(query, d) for d in reference.colbert(path, TEXTS[1:9], max_length=512)]
-    with RBLNReranker(model=path, top_n=3, **CPU) as reranker:
+    with RBLNReranker(model=path, top_n=3, **cpu) as reranker:
         ranked = reranker.rerank(TEXTS[1:9], TEXTS[0])
         compressed = reranker.compress_documents([Document(page_content=t) for t in TEXTS[1:9]], TEXTS[0])
         reranker.late_interaction = True  # the flag bge-m3 needs changes nothing here

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from langchain_rbln import RBLNEmbeddings
-from rbln_retrieval.models.family_prompts import QWEN3_DEFAULT_TASK
+from rbln_retrieval.models.specs.qwen3_embedding import QWEN3_DEFAULT_TASK
 
 QUESTION = "How tall is Mount Everest?"
 
