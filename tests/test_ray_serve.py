@@ -109,7 +109,7 @@ def test_remote_engine_equals_local_and_survives_a_killed_replica(proxy_url, min
     assert not alive, f"engine processes of the killed replica still run: {[p.pid for p in alive]}"
 
 
-def test_the_replicas_bounds_are_the_servers_and_past_them_ray_answers_429():
+def test_the_replicas_bounds_are_the_servers_and_past_them_ray_answers_429(ray_cluster):
     deployment = pooling_app("m", limits={"max_concurrent_requests": 7}, device="cpu")._bound_deployment
     assert (deployment.max_ongoing_requests, deployment.max_queued_requests) == (7, 7)
     assert (deployment.backpressure_config.status_code, deployment.backpressure_config.retry_after_s) == (429, 1)
