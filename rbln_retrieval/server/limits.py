@@ -35,10 +35,10 @@ ErrorBody = Callable[[str, int, str], bytes]
 @dataclass(frozen=True)
 class Limits:
     """The server's bounds (None: unbounded). Defaults: TEI's 512 concurrent requests and 2 MB payload; 1M queued
-    tokens is about 2,000 full 512-token inputs, seconds of work for a CPU or one NPU; 2,048 inputs a request is
-    OpenAI's embeddings bound; 262,144 characters (about 65,000 tokens) is over the longest context of every
-    supported family, so only an input that truncation would mostly throw away is refused; 30 s to upload a body is
-a 2 MB body at about 70 KB/s, so only a sender far slower than any client on a network keeps a slot that long."""
+        tokens is about 2,000 full 512-token inputs, seconds of work for a CPU or one NPU; 2,048 inputs a request is
+        OpenAI's embeddings bound; 262,144 characters (about 65,000 tokens) is over the longest context of every
+        supported family, so only an input that truncation would mostly throw away is refused; 30 s to upload a body is
+    a 2 MB body at about 70 KB/s, so only a sender far slower than any client on a network keeps a slot that long."""
 
     max_concurrent_requests: int | None = 512
     max_queued_tokens: int | None = 1_000_000
