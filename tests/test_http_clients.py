@@ -87,6 +87,7 @@ def test_openai_embeddings(minilm_server, minilm_id, minilm_engine):
     assert_vectors([floats.data[0].embedding], minilm_engine.embed(TEXTS[:1]))
 
 
+@pytest.mark.xfail(strict=True, reason="server: /v1/embeddings refuses token ids (issue 55 asks for them)")
 def test_openai_embeddings_of_token_ids(minilm_server, minilm_id, minilm_engine, minilm):
     """Token ids, as OpenAI's tokenizer-side clients send them (LangChain's OpenAIEmbeddings by default): the
     text's own ids give the text's vector."""
@@ -137,6 +138,7 @@ def test_cohere_rerank(reranker_server, reranker_id, reranker_engine):
     assert response.meta.billed_units.search_units >= 1
 
 
+@pytest.mark.xfail(strict=True, reason="server: CohereEmbeddings uses cohere.Client (v1): POST /v1/embed is 404")
 def test_langchain_cohere_embeddings(minilm_server, minilm_id, minilm_engine):
     from langchain_cohere import CohereEmbeddings
 
@@ -180,12 +182,14 @@ def test_huggingface_hub_feature_extraction(minilm_server, minilm_engine, infere
     assert not np.allclose(np.linalg.norm(raw, axis=1), 1.0)
 
 
+@pytest.mark.xfail(strict=True, reason="server: POST / refuses TEI's similarity body (`source_sentence`, 422)")
 def test_huggingface_hub_sentence_similarity(minilm_server, minilm_engine, inference_client):
     client = inference_client(minilm_server)
     got = client.sentence_similarity(QUERY, DOCUMENTS)
     np.testing.assert_allclose(got, minilm_engine.score(QUERY, DOCUMENTS), atol=SCORE_ATOL)
 
 
+@pytest.mark.xfail(strict=True, reason="server: POST / on a cross-encoder refuses one text (422: pairs only)")
 def test_huggingface_hub_text_classification_on_a_cross_encoder(reranker_server, tiny_models, inference_client):
     """One text through the cross-encoder's head: TEI's /predict, its one label with the sigmoid of the logit."""
     import torch
