@@ -207,14 +207,8 @@ def run_cases(server: Server, trap: Trap, operation: Any, mode: str, with_key: b
     one()
 
 
-# Open findings of this lane on the server, each for the server to fix (strict: the marker goes once it passes).
-SERVER_FINDINGS = pytest.mark.xfail(
-    strict=True,
-    reason="server: POST /tokenize with `inputs: []` and POST /decode with negative or huge `ids` answer 500; "
-    "GET /health, /ping and /metrics answer empty or text/plain bodies where the served schema says JSON",
-)
 KEYED_RUNS = [
-    pytest.param("positive", True, marks=SERVER_FINDINGS, id="valid"),
+    pytest.param("positive", True, id="valid"),
     pytest.param("negative", True, id="invalid"),
     pytest.param("positive", False, id="no-key"),
 ]
@@ -226,7 +220,7 @@ def test_generated_requests_on_the_keyed_clip_server(mode, with_key, clip_server
     assert not failures, "\n".join(failures)
 
 
-@pytest.mark.parametrize("mode", [pytest.param("positive", marks=SERVER_FINDINGS), "negative"])
+@pytest.mark.parametrize("mode", ["positive", "negative"])
 def test_generated_requests_on_the_reranker_server(mode, reranker_server, trap):
     failures = fuzz(reranker_server, trap, mode, with_key=True)
     assert not failures, "\n".join(failures)

@@ -87,6 +87,9 @@ def _png_url(image) -> str:
         ("/v1/embeddings", b'{"input": [[1, 2, 3]]}', 400, "`input` holds token ids"),
         ("/v1/embeddings", b'{"model": "other", "input": ["a"]}', 404, "The model 'other' is not served here"),
         ("/predict", b'{"inputs": [["q", "d"]]}', 424, "tiny is an embedder, not a classifier"),
+        ("/tokenize", b'{"inputs": []}', 422, "`inputs` is an empty list"),
+        ("/decode", b'{"ids": [101, -1]}', 422, "`ids[1]` is -1, not a token id of this model"),
+        ("/decode", b'{"ids": [[101], [7, 100000000000000000000]]}', 422, "`ids[1][1]` is 100000000000000000000"),
     ],
     ids=[
         "deep-list",
@@ -98,6 +101,9 @@ def _png_url(image) -> str:
         "token-ids",
         "unknown-model",
         "424",
+        "tokenize-nothing",
+        "decode-negative",
+        "decode-huge",
     ],
 )
 async def test_a_bad_body_is_refused_in_one_sentence_before_any_work(embedder, path, body, status, sentence):
@@ -257,6 +263,20 @@ async def test_own_routes_describe_quantize_and_give_outputs(embedder, tiny_engi
     for path in ("/v1/embeddings", "/embed", "/v2/embed", "/v2/rerank", "/v1/rerank", OUTPUTS_PATH):
         assert "requestBody" in schema["paths"][path]["post"], path
     assert "/pooling" not in schema["paths"] and "/v1/chat/completions" not in schema["paths"]
+
+
+async def test_the_probes_answer_the_content_types_their_schema_declares(embedder):
+    """Supervisors read an empty 200 and Prometheus its exposition text; the schema says so, not JSON."""
+    async with _client(embedder) as client:
+        schema = (await client.get("/openapi.json")).json()["paths"]
+        answers = {path: await client.get(path) for path in ("/health", "/ping", "/metrics")}
+        posted = await client.post("/ping")
+    for path in ("/health", "/ping"):
+        assert answers[path].status_code == 200 and answers[path].content == b""
+        assert not schema[path]["get"]["responses"]["200"].get("content"), path
+    assert not schema["/ping"]["post"]["responses"]["200"].get("content") and posted.status_code == 200
+    assert list(schema["/metrics"]["get"]["responses"]["200"]["content"]) == ["text/plain"]
+    assert answers["/metrics"].headers["content-type"].startswith("text/plain")
 
 
 async def test_the_api_key_guards_every_route_but_the_probes_in_the_routes_dialect(tiny_engine):

@@ -17,7 +17,7 @@ import uuid
 from typing import Any
 
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from rbln_retrieval.server import cohere_routes, openai_routes, own_routes, rerank_routes, tei_routes
 from rbln_retrieval.server.auth import guard_every_route
@@ -26,6 +26,25 @@ from rbln_retrieval.server.limits import Limits, add_backpressure
 from rbln_retrieval.server.media import MediaCheck
 from rbln_retrieval.server.routes import VERSION, Route, mount
 from rbln_retrieval.server.served import ServedModels
+
+# The probes' answers: 200 with no body while every engine serves, 503 with the dead models as JSON.
+PROBE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"description": "Every engine serves (no body).", "content": {}},
+    503: {
+        "description": "An engine died.",
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "properties": {
+                        "status": {"type": "string"},
+                        "models": {"type": "array", "items": {"type": "string"}},
+                    },
+                }
+            }
+        },
+    },
+}
 
 
 def route_table() -> tuple[Route, ...]:
@@ -55,22 +74,26 @@ def build_app(
     routes = route_table()
     mount(app, routes, models, media or MediaCheck(), log_requests=log_requests)
 
-    @app.get("/health")
+    # The probes answer what supervisors and Prometheus read (an empty 200, the exposition text); the schema
+    # declares those content types so a client generated from it reads them as they are.
+    @app.get("/health", response_class=Response, responses=PROBE_RESPONSES)
     async def health() -> Response:
         dead = [name for name, served in models.items() if getattr(served.engine, "errored", False)]
         if dead:
             return JSONResponse({"status": "engine dead", "models": dead}, status_code=503)
         return Response(status_code=200)
 
-    @app.api_route("/ping", methods=["GET", "POST"])
+    @app.get("/ping", response_class=Response, responses=PROBE_RESPONSES)
     async def ping() -> Response:
         return await health()
+
+    app.post("/ping", response_class=Response, responses=PROBE_RESPONSES, operation_id="ping_post")(ping)
 
     @app.get("/version")
     async def version() -> dict[str, str]:
         return {"version": VERSION}
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics() -> Response:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 

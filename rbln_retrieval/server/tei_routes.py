@@ -164,6 +164,8 @@ async def tokenize(context: Context, request: TokenizeRequest) -> list[list[dict
     kind = _kind(request.prompt_name)
     prefix = "" if kind is None else (served.family.query_prompt if kind == "query" else served.family.document_prompt)
     texts = [prefix + text for text in _texts(request.inputs)]
+    if not texts:
+        raise Refused("`inputs` is an empty list; send a text or a list of texts to tokenize.", "empty")
 
     def encode() -> Any:
         return hf(texts, add_special_tokens=request.add_special_tokens, return_offsets_mapping=True)
@@ -182,7 +184,14 @@ async def tokenize(context: Context, request: TokenizeRequest) -> list[list[dict
 async def decode(context: Context, request: DecodeRequest) -> list[str]:
     hf = _tokenizer(context.models.pick(None, "any"))
     ids = request.ids
-    batch: list[list[int]] = [ids] if not ids or isinstance(ids[0], int) else ids  # type: ignore[list-item]
+    flat = not ids or isinstance(ids[0], int)
+    batch: list[list[int]] = [ids] if flat else ids  # type: ignore[list-item,assignment]
+    vocabulary = len(hf)
+    for row, sequence in enumerate(batch):
+        for position, token in enumerate(sequence):
+            if not 0 <= token < vocabulary:
+                where = f"ids[{position}]" if flat else f"ids[{row}][{position}]"
+                raise Refused(f"`{where}` is {token}, not a token id of this model (0 to {vocabulary - 1}).")
     texts: list[str] = hf.batch_decode(batch, skip_special_tokens=request.skip_special_tokens)
     return texts
 
