@@ -182,7 +182,6 @@ def test_huggingface_hub_feature_extraction(minilm_server, minilm_engine, infere
     assert not np.allclose(np.linalg.norm(raw, axis=1), 1.0)
 
 
-@pytest.mark.xfail(strict=True, reason="server: POST / refuses TEI's similarity body (`source_sentence`, 422)")
 def test_huggingface_hub_sentence_similarity(minilm_server, minilm_engine, inference_client):
     client = inference_client(minilm_server)
     got = client.sentence_similarity(QUERY, DOCUMENTS)

@@ -209,6 +209,18 @@ async def test_tei_embed_root_tokenize_decode_and_info(embedder, tiny_engine):
     assert sparse.status_code == 422 and "cannot give output='sparse'" in sparse.json()["error"]
 
 
+async def test_tei_similarity_on_post_root_and_similarity_is_the_cosine_of_the_engines_vectors(embedder, tiny_engine):
+    """huggingface_hub's sentence_similarity posts ``{"inputs": {"source_sentence", "sentences"}}`` to POST /."""
+    body = {"inputs": {"source_sentence": TEXTS[0], "sentences": TEXTS[1:]}}
+    async with _client(embedder) as client:
+        root = await client.post("/", json=body)
+        similarity = await client.post("/similarity", json=body)
+    vectors = tiny_engine.embed(TEXTS, instruction="")
+    assert root.status_code == 200, root.text
+    np.testing.assert_allclose(root.json(), vectors[1:] @ vectors[0], atol=1e-6)
+    assert similarity.json() == root.json()
+
+
 async def test_cohere_embed_maps_input_type_onto_prompts_and_embedding_types_onto_quantization(embedder, tiny_engine):
     """A model without prompts accepts every input_type (Cohere's clients always send one)."""
     body = {"texts": TEXTS, "input_type": "search_document", "embedding_types": ["float", "int8", "ubinary", "base64"]}

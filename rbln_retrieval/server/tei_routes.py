@@ -4,13 +4,15 @@ TextEmbeddingsInference, LangChain's and Haystack's TEI classes) call them.
 /embed gives dense vectors, /embed_sparse sparse ones (SPLADE, bge-m3) as ``{"index", "value"}`` lists, /embed_all
 every token's vector (ColBERT, bge-m3); /rerank scores ``texts`` against ``query`` best first (``raw_scores``: the
 logit of a cross-encoder's probability; ``return_text``), /predict a cross-encoder's score of each [query, text]
-pair; /tokenize and /decode use the model's tokenizer; GET /info describes the model; POST / answers as /embed for an
-embedder and as /predict for a cross-encoder, as TEI dispatches by its model's type. Request fields: ``normalize``,
+pair; /similarity the cosine of each of ``sentences`` with ``source_sentence`` (an embedder's vectors, as TEI
+answers); /tokenize and /decode use the model's tokenizer; GET /info describes the model; POST / answers as /embed
+for an embedder and as /predict for a cross-encoder, as TEI dispatches by its model's type, and as /similarity for
+a similarity body. Request fields: ``normalize``,
 ``truncate`` (false: an over-long text is refused naming it), ``truncation_direction`` ("left" keeps a text's end),
 ``prompt_name`` ("query" or "document": the model's prompt of that kind; none: the text as given) and
 ``dimensions``. A route the model's type cannot answer is refused 424, as TEI does.
 
-Imports: engines (requests), server (check, engine_calls, routes, served); pydantic.
+Imports: engines (requests), server (check, engine_calls, routes, served); numpy, pydantic.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import asyncio
 import math
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from rbln_retrieval.engines.requests import Kind
@@ -61,6 +64,20 @@ class PredictRequest(BaseModel):
     raw_scores: bool = False
     truncate: bool | None = None
     truncation_direction: Direction = "right"
+
+
+class SimilarityInputs(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    source_sentence: str
+    sentences: list[str]
+
+
+class SimilarityRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    inputs: SimilarityInputs
+    truncate: bool | None = None
+    truncation_direction: Direction = "right"
+    prompt_name: str | None = None
 
 
 class TokenizeRequest(BaseModel):
@@ -151,6 +168,16 @@ async def predict(context: Context, request: PredictRequest) -> list[Any]:
     return answers[0] if single else answers
 
 
+async def similarity(context: Context, request: SimilarityRequest) -> list[float]:
+    """Cosine of each sentence with the source sentence: the model's normalized vectors, all embedded alike."""
+    served = context.models.pick(None, "embed")
+    truncate = truncation(bool(request.truncate), left=request.truncation_direction.lower() == "left")
+    texts = [request.inputs.source_sentence, *request.inputs.sentences]
+    kind = _kind(request.prompt_name)
+    vectors = np.asarray(await embed_texts(served, texts, kind=kind, normalize=True, truncate=truncate))
+    return [float(value) for value in vectors[1:] @ vectors[0]]
+
+
 def _tokenizer(served: Served) -> Any:
     tokenizer = getattr(served.engine, "tokenizer", None)
     if tokenizer is None:
@@ -219,10 +246,10 @@ async def info(context: Context, _: None) -> dict[str, Any]:
 
 
 class RootRequest(BaseModel):
-    """POST /: /embed's request for an embedder, /predict's for a cross-encoder."""
+    """POST /: /embed's request for an embedder, /predict's for a cross-encoder, /similarity's by its body."""
 
     model_config = ConfigDict(extra="ignore")
-    inputs: str | list[str] | list[list[str]]
+    inputs: str | list[str] | list[list[str]] | SimilarityInputs
     normalize: bool = True
     dimensions: int | None = Field(default=None, gt=0)
     raw_scores: bool = False
@@ -234,6 +261,8 @@ class RootRequest(BaseModel):
 async def root(context: Context, request: RootRequest) -> list[Any]:
     served = context.models.pick(None, "any")
     fields = request.model_dump()
+    if isinstance(request.inputs, SimilarityInputs):
+        return await similarity(context, SimilarityRequest.model_validate(fields))
     if served.family.is_cross_encoder:
         return await predict(context, PredictRequest.model_validate(fields))
     if not all(isinstance(x, str) for x in _texts(request.inputs)):  # type: ignore[arg-type]
@@ -246,8 +275,9 @@ ROUTES = (
     Route("/embed_sparse", "POST", "tei", Inputs, embed_sparse, 'aembed(output="sparse")'),
     Route("/embed_all", "POST", "tei", Inputs, embed_all, 'aembed(output="multi_vector")'),
     Route("/predict", "POST", "tei", PredictRequest, predict, "ascore of each pair"),
+    Route("/similarity", "POST", "tei", SimilarityRequest, similarity, "aembed, cosine with the source sentence"),
     Route("/tokenize", "POST", "tei", TokenizeRequest, tokenize, "the model's tokenizer"),
     Route("/decode", "POST", "tei", DecodeRequest, decode, "the model's tokenizer"),
     Route("/info", "GET", "tei", None, info, "the model's description"),
-    Route("/", "POST", "tei", RootRequest, root, "/embed (embedders) or /predict (cross-encoders)"),
+    Route("/", "POST", "tei", RootRequest, root, "/embed, /predict or /similarity"),
 )
