@@ -138,7 +138,6 @@ def test_cohere_rerank(reranker_server, reranker_id, reranker_engine):
     assert response.meta.billed_units.search_units >= 1
 
 
-@pytest.mark.xfail(strict=True, reason="server: CohereEmbeddings uses cohere.Client (v1): POST /v1/embed is 404")
 def test_langchain_cohere_embeddings(minilm_server, minilm_id, minilm_engine):
     from langchain_cohere import CohereEmbeddings
 

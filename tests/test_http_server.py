@@ -215,7 +215,11 @@ async def test_tei_similarity_on_post_root_and_similarity_is_the_cosine_of_the_e
     async with _client(embedder) as client:
         root = await client.post("/", json=body)
         similarity = await client.post("/similarity", json=body)
+    limited = _app(tiny_engine, limits=Limits(max_inputs_per_request=2))
+    async with _client(limited) as client:
+        too_many = await client.post("/similarity", json=body)
     vectors = tiny_engine.embed(TEXTS, instruction="")
+    assert too_many.status_code == 413 and "inputs" in too_many.json()["error"], too_many.text
     assert root.status_code == 200, root.text
     np.testing.assert_allclose(root.json(), vectors[1:] @ vectors[0], atol=1e-6)
     assert similarity.json() == root.json()
@@ -235,6 +239,23 @@ async def test_cohere_embed_maps_input_type_onto_prompts_and_embedding_types_ont
     assert embeddings["int8"] == quantize_embeddings(want, "int8", ranges=ranges).tolist()
     assert embeddings["ubinary"] == quantize_embeddings(want, "ubinary").tolist()
     assert answer["meta"]["billed_units"]["input_tokens"] > 0 and answer["texts"] == TEXTS
+
+
+async def test_cohere_v1_embed_answers_floats_without_embedding_types_and_by_type_with_them(embedder, tiny_engine):
+    """cohere.Client (v1), which langchain-cohere's CohereEmbeddings uses, posts to /v1/embed."""
+    async with _client(embedder) as client:
+        floats = await client.post("/v1/embed", json={"texts": TEXTS, "model": "tiny", "input_type": "search_query"})
+        typed = await client.post("/v1/embed", json={"texts": TEXTS, "embedding_types": ["float", "int8"]})
+    want = tiny_engine.embed(TEXTS)
+    assert floats.status_code == 200, floats.text
+    assert floats.json()["response_type"] == "embeddings_floats" and floats.json()["texts"] == TEXTS
+    np.testing.assert_array_equal(np.array(floats.json()["embeddings"], dtype=np.float32), want)
+    assert typed.json()["response_type"] == "embeddings_by_type" and set(typed.json()["embeddings"]) == {
+        "float",
+        "int8",
+    }
+    np.testing.assert_array_equal(np.array(typed.json()["embeddings"]["float"], dtype=np.float32), want)
+    assert floats.json()["meta"]["api_version"] == {"version": "1"}
 
 
 async def test_rerank_dialects_equal_the_engine_and_accept_null_max_tokens_per_doc(reranker):

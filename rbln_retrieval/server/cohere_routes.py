@@ -1,5 +1,5 @@
-"""Cohere's v2 routes, as ``cohere.ClientV2`` and langchain-cohere call them: /v2/embed and /v2/rerank, with
-``meta.billed_units``.
+"""Cohere's routes, as ``cohere.ClientV2``, ``cohere.Client`` (v1) and langchain-cohere call them: /v2/embed,
+/v1/embed and /v2/rerank, with ``meta.billed_units``.
 
 /v2/embed embeds ``texts``, ``images`` (data URLs, through media.py) or ``inputs`` (content lists of one text or
 one image each). ``input_type`` picks the model's prompt: search_query the query prompt, search_document,
@@ -9,7 +9,9 @@ clients always send one), image the images. ``embedding_types`` map onto the pac
 range of a normalized vector in 256 buckets, the same for every request, so vectors of separate requests compare),
 binary/ubinary (packed sign bits). ``output_dimension`` cuts a matryoshka model's vectors; ``truncate`` NONE refuses
 an over-long text, START keeps its end, END (default) its start. /v2/rerank ranks ``documents`` against ``query``;
-``max_tokens_per_doc`` may be null or at least the model's max length (documents are cut there).
+``max_tokens_per_doc`` may be null or at least the model's max length (documents are cut there). /v1/embed is
+/v2/embed's ``texts`` or ``images`` with v1's answer: without ``embedding_types`` the float vectors as a list
+(``response_type`` embeddings_floats), with them v2's vectors by type.
 
 Imports: engines (requests), results (quantize), server (check, engine_calls, routes, served); numpy; pydantic.
 """
@@ -63,6 +65,16 @@ class EmbedRequest(BaseModel):
     embedding_types: list[EmbeddingType] | None = None
     output_dimension: int | None = Field(default=None, gt=0)
     max_tokens: int | None = Field(default=None, gt=0)
+    truncate: Literal["NONE", "START", "END"] | None = None
+
+
+class EmbedV1Request(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    model: str | None = None
+    texts: list[str] | None = None
+    images: list[str] | None = None
+    input_type: InputType | None = None
+    embedding_types: list[EmbeddingType] | None = None
     truncate: Literal["NONE", "START", "END"] | None = None
 
 
@@ -128,6 +140,16 @@ async def embed(context: Context, request: EmbedRequest) -> dict[str, Any]:
     return answer
 
 
+async def embed_v1(context: Context, request: EmbedV1Request) -> dict[str, Any]:
+    """v1's request through v2's adapter; v1's answer shapes (by ``embedding_types``, as v1 answers)."""
+    answer = await embed(context, EmbedRequest.model_validate(request.model_dump()))
+    answer["meta"]["api_version"] = {"version": "1"}
+    if request.embedding_types is None:
+        answer["embeddings"] = answer["embeddings"]["float"]
+        answer["response_type"] = "embeddings_floats"
+    return answer
+
+
 def by_type(vectors: np.ndarray, kind: str) -> list[Any]:
     """The vectors as Cohere's embedding type ``kind``."""
     vectors = np.asarray(vectors, dtype=np.float32)
@@ -164,5 +186,6 @@ def _check_max_tokens(served: Served, value: int | None) -> None:
 
 ROUTES = (
     Route("/v2/embed", "POST", "cohere", EmbedRequest, embed, "aembed (query/document prompt), aembed_images"),
+    Route("/v1/embed", "POST", "cohere", EmbedV1Request, embed_v1, "as /v2/embed, v1's answer"),
     Route("/v2/rerank", "POST", "cohere", RerankRequest, rerank, "ascore, ranked"),
 )

@@ -106,7 +106,10 @@ def _sides(value: Any) -> list[Any]:
 
 def _items(field: str, value: Any) -> list[tuple[str, Any]]:
     """The inputs of a non-scoring request's ``field``, each named: one text, one prompt of token ids or one
-    conversation, or a list of them."""
+    conversation, or a list of them; TEI's similarity ``{"source_sentence", "sentences"}``: each sentence."""
+    if isinstance(value, dict) and isinstance(value.get("sentences"), list):
+        sentences = [(f"{field}.sentences[{i}]", item) for i, item in enumerate(value["sentences"])]
+        return [(f"{field}.source_sentence", value.get("source_sentence")), *sentences]
     if isinstance(value, list) and value and not _is_one_input(value):
         return [(f"{field}[{i}]", item) for i, item in enumerate(value)]
     return [(field, value)]
