@@ -187,7 +187,6 @@ def test_huggingface_hub_sentence_similarity(minilm_server, minilm_engine, infer
     np.testing.assert_allclose(got, minilm_engine.score(QUERY, DOCUMENTS), atol=SCORE_ATOL)
 
 
-@pytest.mark.xfail(strict=True, reason="server: POST / on a cross-encoder refuses one text (422: pairs only)")
 def test_huggingface_hub_text_classification_on_a_cross_encoder(reranker_server, tiny_models, inference_client):
     """One text through the cross-encoder's head: TEI's /predict, its one label with the sigmoid of the logit."""
     import torch

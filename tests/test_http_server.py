@@ -282,6 +282,27 @@ async def test_rerank_dialects_equal_the_engine_and_accept_null_max_tokens_per_d
     assert embed.status_code == 424 and embed.json()["error_type"] == "backend"
 
 
+async def test_a_cross_encoder_classifies_one_text_alone_on_predict_and_root(reranker, tiny_models):
+    """huggingface_hub's text_classification posts one text to POST /: the classifier head on that one sequence
+    (as transformers runs it), not a pair."""
+    import torch
+    from tolerances import FP32_VS_REFERENCE
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    async with _client(_app(reranker, "ce")) as client:
+        predict = await client.post("/predict", json={"inputs": TEXTS[2]})
+        root = await client.post("/", json={"inputs": TEXTS[2], "raw_scores": True})
+    path = tiny_models["bert-cross-encoder"]
+    model = AutoModelForSequenceClassification.from_pretrained(path).eval()
+    with torch.no_grad():
+        logit = float(model(**AutoTokenizer.from_pretrained(path)(TEXTS[2], return_tensors="pt")).logits[0, 0])
+    assert predict.status_code == 200, predict.text
+    [answer] = predict.json()
+    assert answer["label"] == "LABEL_0"
+    assert answer["score"] == pytest.approx(float(torch.sigmoid(torch.tensor(logit))), abs=FP32_VS_REFERENCE)
+    assert root.json()[0]["score"] == pytest.approx(logit, abs=1e-3)
+
+
 async def test_own_routes_describe_quantize_and_give_outputs(embedder, tiny_engine):
     async with _client(embedder) as client:
         described = (await client.get(DESCRIBE_PATH)).json()

@@ -338,6 +338,17 @@ class PoolingEngine(ImageEmbedding):
     async def _tokenizer(self, family: ModelFamily) -> PromptTokenizer:
         return self.tokenizer
 
+    async def aclassify(self, texts: Iterable[str], *, truncate: Truncate = "end") -> list[float]:
+        """A cross-encoder's first probability for each text alone: one sequence through its classifier head (TEI's
+        /predict of one text), not a (query, document) pair."""
+        if not self.family.is_cross_encoder:
+            raise ValueError(f"{self.model} is an embedder; it has no classifier head to classify a text with.")
+
+        async def tokenize(first: int, chunk: list[str]) -> list[Tokens]:
+            return await _off_loop(chunk, self.tokenizer.encode_texts, chunk, "", truncate, first_index=first)
+
+        return await self._loop.arun(self._classify(texts, tokenize))
+
     async def _score_pairs(
         self, query: str, documents: Iterable[str], *, family: ModelFamily, instruction: str | None, truncate: Truncate
     ) -> list[float]:

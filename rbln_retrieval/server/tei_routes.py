@@ -4,12 +4,12 @@ TextEmbeddingsInference, LangChain's and Haystack's TEI classes) call them.
 /embed gives dense vectors, /embed_sparse sparse ones (SPLADE, bge-m3) as ``{"index", "value"}`` lists, /embed_all
 every token's vector (ColBERT, bge-m3); /rerank scores ``texts`` against ``query`` best first (``raw_scores``: the
 logit of a cross-encoder's probability; ``return_text``), /predict a cross-encoder's score of each [query, text]
-pair; /similarity the cosine of each of ``sentences`` with ``source_sentence`` (an embedder's vectors, as TEI
-answers); /tokenize and /decode use the model's tokenizer; GET /info describes the model; POST / answers as /embed
-for an embedder and as /predict for a cross-encoder, as TEI dispatches by its model's type, and as /similarity for
-a similarity body. Request fields: ``normalize``,
-``truncate`` (false: an over-long text is refused naming it), ``truncation_direction`` ("left" keeps a text's end),
-``prompt_name`` ("query" or "document": the model's prompt of that kind; none: the text as given) and
+pair, or of one text alone (its classifier head on that one sequence, as TEI runs it); /similarity the cosine of
+each of ``sentences`` with ``source_sentence`` (an embedder's vectors, as TEI answers); /tokenize and /decode use
+the model's tokenizer; GET /info describes the model; POST / answers as /embed for an embedder and as /predict for a
+cross-encoder, as TEI dispatches by its model's type, and as /similarity for a similarity body. Request fields:
+``normalize``, ``truncate`` (false: an over-long text is refused naming it), ``truncation_direction`` ("left" keeps
+a text's end), ``prompt_name`` ("query" or "document": the model's prompt of that kind; none: the text as given) and
 ``dimensions``. A route the model's type cannot answer is refused 424, as TEI does.
 
 Imports: engines (requests), server (check, engine_calls, routes, served); numpy, pydantic.
@@ -158,14 +158,24 @@ async def predict(context: Context, request: PredictRequest) -> list[Any]:
     if not served.family.is_cross_encoder:
         raise Refused(f"{served.name} is an embedder, not a classifier; use /embed.", "wrong_model")
     inputs = request.inputs
-    single = isinstance(inputs, str) or (inputs and all(isinstance(x, str) for x in inputs))
+    truncate = truncation(bool(request.truncate), left=request.truncation_direction.lower() == "left")
+    if isinstance(inputs, str):  # one sequence through the classifier head, as TEI runs it
+        classify = getattr(served.engine, "aclassify", None)
+        if classify is None:
+            raise Refused(f"{served.name} classifies [query, text] pairs here; send `inputs` as a pair.")
+        (value,) = await classify([inputs], truncate=truncate)
+        return [_label(value, request.raw_scores)]
+    single = bool(inputs) and all(isinstance(x, str) for x in inputs)
     pairs: list[Any] = [inputs] if single else list(inputs)
     if any(isinstance(pair, str) or len(pair) != 2 for pair in pairs):
         raise Refused(f"{served.name} scores [query, text] pairs; send `inputs` as [query, text] or a list of them.")
-    truncate = truncation(bool(request.truncate), left=request.truncation_direction.lower() == "left")
     values = await asyncio.gather(*(scores(served, query, [text], truncate) for query, text in pairs))
-    answers = [[{"label": "LABEL_0", "score": _logit(v[0]) if request.raw_scores else v[0]}] for v in values]
+    answers = [[_label(v[0], request.raw_scores)] for v in values]
     return answers[0] if single else answers
+
+
+def _label(probability: float, raw: bool) -> dict[str, Any]:
+    return {"label": "LABEL_0", "score": _logit(probability) if raw else probability}
 
 
 async def similarity(context: Context, request: SimilarityRequest) -> list[float]:
