@@ -87,7 +87,6 @@ def test_openai_embeddings(minilm_server, minilm_id, minilm_engine):
     assert_vectors([floats.data[0].embedding], minilm_engine.embed(TEXTS[:1]))
 
 
-@pytest.mark.xfail(strict=True, reason="server: /v1/embeddings refuses token ids (issue 55 asks for them)")
 def test_openai_embeddings_of_token_ids(minilm_server, minilm_id, minilm_engine, minilm):
     """Token ids, as OpenAI's tokenizer-side clients send them (LangChain's OpenAIEmbeddings by default): the
     text's own ids give the text's vector."""

@@ -84,7 +84,7 @@ def _png_url(image) -> str:
         ("/v2/embed", b"{not json", 400, "The body is not valid JSON"),
         ("/v1/embeddings", b'{"input": ["a"], "dimensions": -3}', 400, "`dimensions`: Input should be greater than 0"),
         ("/embed", b"", 422, "The request has no body"),
-        ("/v1/embeddings", b'{"input": [[1, 2, 3]]}', 400, "`input` holds token ids"),
+        ("/v1/embeddings", b'{"input": [[101, 2000], [101, -5]]}', 400, "`input[1][1]` is -5, not a token id"),
         ("/v1/embeddings", b'{"model": "other", "input": ["a"]}', 404, "The model 'other' is not served here"),
         ("/predict", b'{"inputs": [["q", "d"]]}', 424, "tiny is an embedder, not a classifier"),
         ("/tokenize", b'{"inputs": []}', 422, "`inputs` is an empty list"),
@@ -98,7 +98,7 @@ def _png_url(image) -> str:
         "not-json",
         "typed-field",
         "empty",
-        "token-ids",
+        "token-id-outside-the-vocabulary",
         "unknown-model",
         "424",
         "tokenize-nothing",
@@ -192,6 +192,26 @@ async def test_openai_embeddings_equal_the_engine_floats_and_base64(embedder, ti
     np.testing.assert_array_equal(np.array([row["embedding"] for row in floats["data"]], dtype=np.float32), want)
     rows = [np.frombuffer(base64.b64decode(row["embedding"]), dtype="<f4") for row in packed["data"]]
     np.testing.assert_array_equal(np.stack(rows), want)
+
+
+async def test_openai_embeddings_of_token_ids_equal_their_texts_and_truncate_as_asked(embedder, tiny_engine):
+    """Token ids (vLLM's /v1/embeddings takes them; LangChain's OpenAIEmbeddings sends them): the text's own ids
+    give the text's vector; an over-long prompt is refused naming it, or cut to the max length when asked."""
+    ids = tiny_engine.tokenizer.hf(TEXTS)["input_ids"]
+    long = [ids[0][0], *([ids[0][1]] * 600), ids[0][-1]]
+    max_length = tiny_engine.family.max_length
+    async with _client(embedder) as client:
+        many = await client.post("/v1/embeddings", json={"input": ids})
+        one = await client.post("/v1/embeddings", json={"input": ids[1]})
+        refused = await client.post("/v1/embeddings", json={"input": [ids[0], long]})
+        cut = await client.post("/v1/embeddings", json={"input": long, "truncate_prompt_tokens": max_length})
+    want = tiny_engine.embed(TEXTS, instruction="")
+    assert many.status_code == 200, many.text
+    np.testing.assert_allclose(np.array([r["embedding"] for r in many.json()["data"]]), want, atol=1e-5)
+    np.testing.assert_allclose(one.json()["data"][0]["embedding"], want[1], atol=1e-5)
+    assert many.json()["usage"]["prompt_tokens"] == sum(len(row) for row in ids)
+    assert refused.status_code == 400 and "input[1] is 602 tokens" in refused.json()["error"]["message"]
+    assert cut.status_code == 200 and len(cut.json()["data"][0]["embedding"]) == want.shape[1]
 
 
 async def test_tei_embed_root_tokenize_decode_and_info(embedder, tiny_engine):

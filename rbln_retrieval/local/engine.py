@@ -296,6 +296,28 @@ class PoolingEngine(ImageEmbedding):
         self, texts: Iterable[str], request: EmbedRequest, *, truncate: Truncate, what: str = "texts"
     ) -> np.ndarray:
         prefix = embed_prefix(self.family, self.model, request.kind, request.instruction)
+        params = self._embed_params(request)
+        rows: list[np.ndarray] = []
+        with self._progress(texts, request.show_progress) as bar:
+            for first, chunk in chunks(texts, what):
+                tokens = await _off_loop(chunk, self.tokenizer.encode_texts, chunk, prefix, truncate, first_index=first)
+                rows.extend(await self._encode(tokens, params, bar=bar))
+        return self._stacked(rows, params.dimensions, what)
+
+    async def aembed_ids(self, ids: list[list[int]], **options: Unpack[EmbedOptions]) -> Any:
+        """Dense vectors of token ids as given (the model's own ids, special tokens included, as vLLM's
+        /v1/embeddings embeds them), each over max_length cut per ``truncate`` ("end" keeps its start, "start" its
+        end, "error" refuses it naming its index); an id outside the vocabulary is the caller's to refuse."""
+        request = EmbedRequest(**options)
+        quantize, truncate = self._embed_call(request)
+        if truncate not in ("end", "start", "error"):
+            raise ValueError(f"aembed_ids takes truncate='end', 'start' or 'error', not {truncate!r}.")
+        params = self._embed_params(request)
+        tokens = self.tokenizer.cut_ids(ids, str(truncate))
+        rows = await self._loop.arun(self._encode(tokens, params)) if tokens else []
+        return quantize(self._stacked(list(rows), params.dimensions, "input"))
+
+    def _embed_params(self, request: EmbedRequest) -> Any:
         dimensions = check_dimensions(
             request.dimensions,
             hidden_size=self.dimension,
@@ -305,12 +327,9 @@ class PoolingEngine(ImageEmbedding):
         )
         from vllm import PoolingParams
 
-        params = PoolingParams(task="embed", use_activation=request.normalize, dimensions=dimensions)
-        rows: list[np.ndarray] = []
-        with self._progress(texts, request.show_progress) as bar:
-            for first, chunk in chunks(texts, what):
-                tokens = await _off_loop(chunk, self.tokenizer.encode_texts, chunk, prefix, truncate, first_index=first)
-                rows.extend(await self._encode(tokens, params, bar=bar))
+        return PoolingParams(task="embed", use_activation=request.normalize, dimensions=dimensions)
+
+    def _stacked(self, rows: list[np.ndarray], dimensions: int | None, what: str) -> np.ndarray:
         if not rows:
             return np.zeros((0, dimensions or self.dimension), dtype=np.float32)
         vectors = np.stack(rows).astype(np.float32, copy=False)

@@ -42,6 +42,40 @@ async def embed_texts(
     return await served.engine.aembed(texts, **options)
 
 
+async def embed_ids(
+    served: Served,
+    ids: list[list[int]],
+    *,
+    normalize: bool,
+    truncate: Truncate,
+    dimensions: int | None,
+) -> Any:
+    """The engine's ``aembed_ids``: dense vectors of token ids as given, each id checked against the vocabulary."""
+    embed = getattr(served.engine, "aembed_ids", None)
+    if embed is None:
+        raise Refused(f"{served.name} embeds texts on this server; send `input` as text.")
+    check_token_ids(served, ids, "input", flat=False)
+    options: dict[str, Any] = {"normalize": normalize, "truncate": truncate}
+    if dimensions is not None:
+        options["dimensions"] = dimensions
+    return await embed(ids, **options)
+
+
+def check_token_ids(served: Served, rows: list[list[int]], field: str, *, flat: bool) -> None:
+    """Refuses an empty prompt or an id outside ``served``'s vocabulary, naming it (``flat``: one prompt)."""
+    tokenizer = getattr(served.engine, "tokenizer", None)
+    if tokenizer is None:
+        raise Refused(f"{served.name}'s tokenizer is not available on this server.", "wrong_model")
+    vocabulary = len(tokenizer.hf)
+    for row, sequence in enumerate(rows):
+        if not sequence and not flat:
+            raise Refused(f"`{field}[{row}]` holds no token ids.")
+        for position, token in enumerate(sequence):
+            if not 0 <= token < vocabulary:
+                where = f"{field}[{position}]" if flat else f"{field}[{row}][{position}]"
+                raise Refused(f"`{where}` is {token}, not a token id of this model (0 to {vocabulary - 1}).")
+
+
 async def scores(
     served: Served, query: str, documents: list[str], truncate: Truncate = "end", instruction: str | None = None
 ) -> list[float]:

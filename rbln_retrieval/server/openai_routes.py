@@ -5,8 +5,9 @@ the ``openai`` client use.
 ``messages`` (one image per conversation, CLIP and SigLIP; each through media.py), as float lists or base64 of
 little-endian float32, cut to ``dimensions``; ``use_activation`` (or ``normalize``) false gives raw vectors;
 ``truncate_prompt_tokens`` (the model's max length, or -1) truncates over-long texts (``truncation_side`` "left"
-keeps their end), else an over-long text is refused naming it. Token ids are refused in one sentence: the engine
-takes texts. /score and /v1/score give one score per document for ``queries`` (one query) and ``documents``, with
+keeps their end), else an over-long text is refused naming it. Token ids (one list of ints, or a list of them) are
+embedded as the model's ids, as vLLM does, under the same truncation; an id outside the vocabulary is refused
+naming it. /score and /v1/score give one score per document for ``queries`` (one query) and ``documents``, with
 the ``instruction`` of the models that take one (Qwen3-Reranker: RemoteEngine sends its query and documents, the
 engine puts them in the model's template).
 
@@ -21,7 +22,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from rbln_retrieval.server.check import Refused
-from rbln_retrieval.server.engine_calls import base64_float32, embed_texts, float_rows, scores, token_counts
+from rbln_retrieval.server.engine_calls import (
+    base64_float32,
+    embed_ids,
+    embed_texts,
+    float_rows,
+    scores,
+    token_counts,
+)
 from rbln_retrieval.server.routes import Context, Route
 from rbln_retrieval.server.served import Served
 from rbln_retrieval.text.inputs import Truncate
@@ -99,17 +107,19 @@ async def embeddings(context: Context, request: EmbeddingsRequest) -> dict[str, 
         counts = [0] * len(images)
     else:
         given: list[Any] = [request.input] if isinstance(request.input, str) else list(request.input or [])
-        if not all(isinstance(text, str) for text in given):
-            raise Refused(
-                "`input` holds token ids; this server embeds texts (send the text, e.g. OpenAIEmbeddings with "
-                "check_embedding_ctx_length=False)."
-            )
-        texts: list[str] = given
         truncate = vllm_truncation(served, request.truncate_prompt_tokens, request.truncation_side)
-        vectors = await embed_texts(
-            served, texts, kind=None, normalize=normalize, truncate=truncate, dimensions=request.dimensions
-        )
-        counts = await token_counts(served, texts)
+        if given and not isinstance(given[0], str):  # token ids: one prompt, or a list of them
+            ids: list[list[int]] = [given] if isinstance(given[0], int) else given
+            vectors = await embed_ids(
+                served, ids, normalize=normalize, truncate=truncate, dimensions=request.dimensions
+            )
+            counts = [len(row) for row in ids]
+        else:
+            texts: list[str] = given
+            vectors = await embed_texts(
+                served, texts, kind=None, normalize=normalize, truncate=truncate, dimensions=request.dimensions
+            )
+            counts = await token_counts(served, texts)
     rows: list[Any] = (
         [base64_float32(row) for row in vectors] if request.encoding_format == "base64" else float_rows(vectors)
     )

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rbln_retrieval.engines.requests import Kind
 from rbln_retrieval.server.check import Refused
-from rbln_retrieval.server.engine_calls import embed_texts, float_rows, scores, truncation
+from rbln_retrieval.server.engine_calls import check_token_ids, embed_texts, float_rows, scores, truncation
 from rbln_retrieval.server.routes import VERSION, Context, Route
 from rbln_retrieval.server.served import Served
 
@@ -219,16 +219,12 @@ async def tokenize(context: Context, request: TokenizeRequest) -> list[list[dict
 
 
 async def decode(context: Context, request: DecodeRequest) -> list[str]:
-    hf = _tokenizer(context.models.pick(None, "any"))
+    served = context.models.pick(None, "any")
+    hf = _tokenizer(served)
     ids = request.ids
     flat = not ids or isinstance(ids[0], int)
     batch: list[list[int]] = [ids] if flat else ids  # type: ignore[list-item,assignment]
-    vocabulary = len(hf)
-    for row, sequence in enumerate(batch):
-        for position, token in enumerate(sequence):
-            if not 0 <= token < vocabulary:
-                where = f"ids[{position}]" if flat else f"ids[{row}][{position}]"
-                raise Refused(f"`{where}` is {token}, not a token id of this model (0 to {vocabulary - 1}).")
+    check_token_ids(served, batch, "ids", flat=flat)
     texts: list[str] = hf.batch_decode(batch, skip_special_tokens=request.skip_special_tokens)
     return texts
 

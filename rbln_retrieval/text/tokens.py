@@ -90,6 +90,18 @@ class PromptTokenizer:
                 ids[pos] = self._keep_end(hf, prefix, window)
         return self._text_tokens(ids)
 
+    def cut_ids(self, rows: list[list[int]], truncate: str, what: str = "input") -> list[Tokens]:
+        """Token ids as given, each over max_length cut as ``truncate`` says ("end" keeps the start, "start" the
+        end; "error" refuses it naming its index)."""
+        cut = []
+        for pos, row in enumerate(rows):
+            if len(row) > self.max_length:
+                if truncate == "error":
+                    self._raise_too_long(pos, len(row), what=what)
+                row = row[: self.max_length] if truncate == "end" else row[-self.max_length :]
+            cut.append(Tokens(list(row)))
+        return cut
+
     def _text_tokens(self, ids: list[list[int]]) -> list[Tokens]:
         if self.family.text_suffix:  # after truncation, which never cuts it (ColPali's query suffix)
             suffix = self.hf(self.family.text_suffix, add_special_tokens=False)["input_ids"]
