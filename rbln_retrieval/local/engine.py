@@ -312,6 +312,8 @@ class PoolingEngine(ImageEmbedding):
         quantize, truncate = self._embed_call(request)
         if truncate not in ("end", "start", "error"):
             raise ValueError(f"aembed_ids takes truncate='end', 'start' or 'error', not {truncate!r}.")
+        if request.output != "dense":
+            raise ValueError(f"aembed_ids gives dense vectors only, not output={request.output!r}.")
         params = self._embed_params(request)
         tokens = self.tokenizer.cut_ids(ids, str(truncate))
         rows = await self._loop.arun(self._encode(tokens, params)) if tokens else []
