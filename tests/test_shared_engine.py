@@ -196,3 +196,21 @@ def test_the_default_follows_the_device(monkeypatch):
     monkeypatch.setenv(SHARE_ENV, "maybe")
     with pytest.raises(ValueError, match=f"{SHARE_ENV}='maybe' is not one of"):
         attach.shares_across_processes({})
+
+
+def test_a_run_folder_too_deep_for_a_socket_address_still_gives_a_bindable_socket(tmp_path, monkeypatch):
+    """A user's deep $HOME or $XDG_RUNTIME_DIR (the simulated NPU host's home in the user lane is one): the socket
+    moves to a private folder in the temporary folder, the other files stay, and a listener binds it."""
+    from multiprocessing.connection import Client, Listener
+
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(deep))
+    files = EngineFiles.for_key(("a model", "its options"))
+    assert len(os.fsencode(files.path("sock"))) > 108, "the folder is not deep enough to test the fallback"
+    assert files.socket.parent != files.stem.parent and files.path("json").parent == deep / "rbln-retrieval"
+    assert oct(files.socket.parent.stat().st_mode & 0o777) == "0o700"
+    files.socket.unlink(missing_ok=True)
+    with Listener(str(files.socket), "AF_UNIX") as listener, Client(str(files.socket), "AF_UNIX") as client:
+        with listener.accept() as served:
+            client.send("ping")
+            assert served.recv() == "ping"

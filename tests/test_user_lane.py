@@ -277,7 +277,7 @@ def test_serve_builds_an_architecture_the_backend_adds(tmp_path, tiny_models):
     """`rbln-retrieval serve` of a SPLADE checkpoint as the README writes it (the installed package, in a scrubbed
     environment): vLLM's API server and engine core know RblnBertSpladeModel from the installed general plugin
     (without it the server stops at start: "Model architectures ['RblnBertSpladeModel'] are not supported"), and
-    /v1/embeddings answers the sparse vector as its vocabulary-sized row."""
+    TEI's /embed_sparse answers the sparse vector (a dense route refuses a SPLADE model in one sentence)."""
     from importlib.metadata import entry_points
 
     installed = [ep.value for ep in entry_points(group="vllm.general_plugins") if ep.name == backend.PLUGIN_NAME]
@@ -288,13 +288,15 @@ def test_serve_builds_an_architecture_the_backend_adds(tmp_path, tiny_models):
     server = Server(path, tmp_path / "serve.log", user_env=user_env(home, npu_host=False))
     try:
         server.wait_ready()
-        answer = httpx.post(server.url + "/v1/embeddings", json={"input": [text]}, timeout=120)
+        answer = httpx.post(server.url + "/embed_sparse", json={"inputs": [text]}, timeout=120)
     finally:
         stopped = server.stop()
     assert answer.status_code == 200, answer.text
     assert stopped == 0
-    row = np.asarray(answer.json()["data"][0]["embedding"])
-    expected = np.zeros_like(row)
+    (sparse,) = answer.json()
+    row, expected = np.zeros((2, json.loads((path / "config.json").read_text(encoding="utf-8"))["vocab_size"]))
+    for entry in sparse:
+        row[entry["index"]] = entry["value"]
     for token, weight in reference.splade(str(path), [text], max_length=512)[0].items():
         expected[token] = weight
     # Serve's default dtype (bfloat16 where the CPU has it); the sparse numerics are tests/test_splade.py's.

@@ -5,7 +5,8 @@ Every coordination is an ``flock`` on a file, never a pid: the kernel releases a
 it dies (SIGKILL included), and a pid may be reused. One engine's files, in the run folder (mode 0700, so no other
 user reaches the socket):
 
-- ``K.sock``: the holder's Unix socket;
+- ``K.sock``: the holder's Unix socket (in ``$TMPDIR/rbln-retrieval-UID`` instead, mode 0700, where the run
+  folder's path is too long for a socket's address);
 - ``K.json``: who holds the engine (pid, command, model, socket) and whether it answers yet (mode 0600);
 - ``K.holder``: locked exclusively by the holder for its whole life: the holder is alive while it is locked;
 - ``K.start``: locked exclusively by the one process starting a holder; the others wait on it, then attach;
@@ -24,6 +25,8 @@ import fcntl
 import hashlib
 import json
 import os
+import stat
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +35,8 @@ from typing import Any
 # "1" shares every framework object's local engine across processes, "0" never; unset: only on an RBLN NPU.
 SHARE_ENV = "RBLN_SHARE_ENGINES"
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+# The longest Unix socket path every platform binds (sun_path is 108 bytes on Linux, 104 on macOS, with its NUL).
+MAX_SOCKET_PATH = 103
 
 
 def share_setting() -> bool | None:
@@ -48,9 +53,26 @@ def run_dir() -> Path:
     """This user's run folder: ``$XDG_RUNTIME_DIR/rbln-retrieval``, else ``~/.cache/rbln-retrieval/run``."""
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     root = Path(runtime) / "rbln-retrieval" if runtime else Path.home() / ".cache" / "rbln-retrieval" / "run"
+    return _private_dir(root)
+
+
+def _private_dir(root: Path) -> Path:
+    """``root`` created if needed, a folder of this user's only (mode 0700), or a sentence saying why it cannot be."""
     root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = os.lstat(root)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise PermissionError(
+            f"{root} is not a folder of this user's (a symlink, or owned by uid {info.st_uid}); remove it, or set "
+            f"XDG_RUNTIME_DIR to a folder of your own."
+        )
     os.chmod(root, 0o700)  # mkdir's mode passes through the umask, and the folder may predate this process
     return root
+
+
+def _short_socket_dir() -> Path:
+    """Where a socket goes when the run folder's path is too long for one: a folder of this user's in the temporary
+    folder, named by the uid, so every process of the user finds the same one."""
+    return _private_dir(Path(tempfile.gettempdir()) / f"rbln-retrieval-{os.getuid()}")
 
 
 @dataclass(frozen=True)
@@ -61,7 +83,7 @@ class EngineFiles:
 
     @classmethod
     def for_key(cls, key: tuple[Any, ...]) -> EngineFiles:
-        # A digest keeps the socket's path under the 108 bytes a Unix socket's address may take.
+        # A digest keeps the names short; a run folder too deep for a socket's address moves only the socket.
         return cls(run_dir() / hashlib.sha256(repr(key).encode()).hexdigest()[:24])
 
     def path(self, suffix: str) -> Path:
@@ -69,7 +91,10 @@ class EngineFiles:
 
     @property
     def socket(self) -> Path:
-        return self.path("sock")
+        path = self.path("sock")
+        if len(os.fsencode(path)) <= MAX_SOCKET_PATH:
+            return path
+        return _short_socket_dir() / path.name  # a deep $HOME or $XDG_RUNTIME_DIR: the digest alone is short
 
     def read_info(self) -> dict[str, Any] | None:
         """The holder's record (K.json), or None when there is none (or it is being replaced)."""
