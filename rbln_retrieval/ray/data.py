@@ -5,14 +5,18 @@ engine for its lifetime (an engine start costs seconds); when an actor dies, Ray
 batch it held, and the dead attempt's output is dropped, so every row comes out exactly once. A batch that kills
 its actor every time (one that runs it out of memory) is tried ``max_batch_attempts`` times, counted by a small
 actor of the job, and then fails the job in one sentence naming its rows (BatchFailedError), never retried forever.
-A batch is counted by its identity, not its content: the Ray task that carries it (a retry after its actor died is
-the same task) and its place among that task's batches, so identical rows in batches of several actors are
-separate batches. Actors that die in their constructor are bounded the same way: past ``max_batch_attempts`` deaths
-per actor, the next constructor raises BatchFailedError instead of being restarted forever.
+A batch is known by its content (the batch's retry on a restarted actor keeps no task identity a count could key
+on); its count is its attempts started and not finished, so a finished identical batch takes
+back only its own attempt, and up to one attempt per actor may be in flight before deaths are counted: identical
+rows in batches of several actors at once are not mistaken for deaths, and a batch that kills every actor it meets
+is tried at most ``max_batch_attempts + actors - 1`` times. Actors that die in their constructor are bounded too:
+past ``max_batch_attempts`` deaths per actor, the next constructor raises BatchFailedError instead of being
+restarted forever.
 """
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from typing import Any, Literal
 
@@ -46,7 +50,11 @@ class _BatchAttempts:
         return self.started[key]
 
     def finish(self, key: str) -> None:
-        self.started.pop(key, None)
+        left = self.started.get(key, 0) - 1
+        if left > 0:
+            self.started[key] = left
+        else:
+            self.started.pop(key, None)
 
     def construct(self) -> int:
         self.constructors += 1
@@ -68,12 +76,11 @@ def _attempts_counter() -> Any:
 
 
 class _BatchGuard:
-    """Counts the attempts at each batch of one job (by its identity: its Ray task and its place among the task's
-    batches) and at the actors' constructors in ``attempts``, for a pool of ``actors``."""
+    """Counts the attempts at each batch of one job (by its content: its attempts started and not finished) and at
+    the actors' constructors in ``attempts``, for a pool of ``actors``."""
 
     def __init__(self, attempts: Any, max_attempts: int, columns: tuple[str, ...], actors: int) -> None:
         self.attempts, self.max_attempts, self.columns, self.actors = attempts, max_attempts, columns, actors
-        self._task, self._batches = "", 0  # the task whose batches this actor is processing, and how many so far
 
     def construct(self) -> None:
         """Count a constructor's start; BatchFailedError once the constructors started and not finished exceed
@@ -91,13 +98,15 @@ class _BatchGuard:
 
     def start(self, batch: dict[str, np.ndarray]) -> str:
         """The batch's key, after counting this attempt; BatchFailedError once it is over ``max_attempts``."""
-        task = ray.get_runtime_context().get_task_id() or ""
-        if task != self._task:  # a task's retry on a restarted actor meets its batches in the same order
-            self._task, self._batches = task, 0
-        key = f"{task}:{self._batches}"
-        self._batches += 1
+        digest = hashlib.sha256()
+        for name in self.columns:
+            for value in batch[name].tolist() if name in batch else []:
+                digest.update(f"{value}\x00".encode(errors="surrogatepass"))
+        key = digest.hexdigest()
         started = ray.get(self.attempts.start.remote(key))
-        if started > self.max_attempts:
+        # One attempt per actor may be in flight on a live actor (identical batches at once); past those, each
+        # attempt not finished is one its actor died under.
+        if started > self.max_attempts + self.actors - 1:
             raise BatchFailedError(
                 f"The batch of {_rows(batch, self.columns[0])} was started {self.max_attempts} times and its actor "
                 "died under it every time (out of memory, or a crash in the engine), so the job stops instead of "
