@@ -12,7 +12,6 @@ import time
 
 import httpx
 import pytest
-from servers import Server
 
 from rbln_retrieval.engines.protocol import QUANTIZED_EMBED_PATH
 from rbln_retrieval.server.cost import request_cost
@@ -64,13 +63,8 @@ def test_a_body_vllm_will_refuse_costs_its_bytes(body):
 
 
 @pytest.fixture(scope="module")
-def reranker(tiny_models, tmp_path_factory):
-    server = Server(tiny_models["bert-cross-encoder"], tmp_path_factory.mktemp("cost-server") / "serve.log")
-    try:
-        server.wait_ready()
-        yield server
-    finally:
-        server.stop()
+def reranker(reranker_server):
+    return reranker_server  # the session's cross-encoder server (tests/conftest.py), shared with the HTTP lanes
 
 
 NORMAL = {"query": "what is a cat", "documents": ["a cat is an animal", "the sky is blue"]}
