@@ -11,6 +11,11 @@ def _ratio(value: float, base: float | None) -> str:
     return f"{value / base:.2f}x" if base else "-"
 
 
+def _cpu_ratio(base: float | None, value: float | None) -> str:
+    """How many times this system's CPU seconds sentence-transformers' best setting spends on the same ingest."""
+    return f"{base / value:.2f}x" if base and value else "-"
+
+
 def _number(value: float | None, digits: int) -> str:
     """Rows from runs before a column existed show "-"."""
     return f"{value:.{digits}f}" if value is not None else "-"
@@ -66,10 +71,11 @@ def markdown(results: dict[str, Any], tag: str) -> str:
                 "GFLOP/s; each ingest's efficiency is held against the rates timed right before and after it",
                 "",
                 "| system | passages/s | tokens/s | x ST best | min cosine vs fp32 | model GFLOP/s "
-                "| / GEMM (model shapes) | steps / 1000 | useful / computed |",
-                "|---|---|---|---|---|---|---|---|---|",
+                "| / GEMM (model shapes) | CPU s | ST best's CPU s / this | steps / 1000 | useful / computed |",
+                "|---|---|---|---|---|---|---|---|---|---|---|",
             ]
             base = model["ingest"].get(st_best, {}).get("passages_per_s")
+            base_cpu = model["ingest"].get(st_best, {}).get("cpu_s")
             for name, row in model["ingest"].items():
                 steps = f"{row['steps_per_1000']:.1f}" if "steps_per_1000" in row else "-"
                 useful = f"{row['useful_over_computed']:.3f}" if "useful_over_computed" in row else "-"
@@ -82,7 +88,7 @@ def markdown(results: dict[str, Any], tag: str) -> str:
                     f"| {name} | {row['passages_per_s']:.1f} | {row['tokens_per_s']:.0f} | "
                     f"{_ratio(row['passages_per_s'], base)} | {row['min_cosine_vs_fp32']:.5f}{ref} | "
                     f"{_number(row.get('model_gflops'), 1)} | {_number(row.get('gemm_efficiency'), 2)} | "
-                    f"{steps} | {useful} |"
+                    f"{_number(row.get('cpu_s'), 2)} | {_cpu_ratio(base_cpu, row.get('cpu_s'))} | {steps} | {useful} |"
                 )
             lines.append("")
         if "profile" in model:

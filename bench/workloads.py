@@ -22,6 +22,22 @@ def _percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q))
 
 
+def cpu_seconds() -> float:
+    """CPU seconds of this process and its live children (an engine core may run in one): the work an ingest
+    costs, which a loaded machine stretches far less than wall time (with ``OMP_WAIT_POLICY=PASSIVE`` waiting
+    threads sleep, so it counts no spinning)."""
+    import psutil
+
+    me = psutil.Process()
+    total = sum(me.cpu_times()[:2])
+    for child in me.children(recursive=True):
+        try:
+            total += sum(child.cpu_times()[:2])
+        except psutil.NoSuchProcess:
+            continue
+    return total
+
+
 def ingest(
     systems: dict[str, System],
     texts: list[str],
@@ -38,6 +54,7 @@ def ingest(
     gemm = gemm or {}
     samples: list[dict[str, float]] = []
     seconds: dict[str, list[float]] = {name: [] for name in systems}
+    cpu: dict[str, list[float]] = {name: [] for name in systems}
     efficiency: dict[str, list[float]] = {name: [] for name in systems}
     vectors: dict[str, np.ndarray] = {}
     counts: dict[str, dict[str, int]] = {}
@@ -49,9 +66,10 @@ def ingest(
         for name, system in systems.items():
             system.forget_prefixes()
             before = system.counters()
-            tic = time.perf_counter()
+            tic, cpu_tic = time.perf_counter(), cpu_seconds()
             vectors[name] = system.embed(texts)
             seconds[name].append(time.perf_counter() - tic)
+            cpu[name].append(cpu_seconds() - cpu_tic)
             after = system.counters()
             if before is not None and after is not None:
                 counts[name] = {k: after[k] - before[k] for k in after}
@@ -69,6 +87,8 @@ def ingest(
             "tokens_per_s": tokens / median,
             "runs_passages_per_s": [round(len(texts) / s, 2) for s in seconds[name]],
             "model_gflops": tokens / median * flops_per_token / 1e9,
+            "cpu_s": statistics.median(cpu[name]),
+            "runs_cpu_s": [round(c, 2) for c in cpu[name]],
         }
         if efficiency[name]:
             row["gemm_efficiency"] = statistics.median(efficiency[name])
