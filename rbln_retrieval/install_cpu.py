@@ -12,9 +12,10 @@ downgrade llama-index-core. So this runs pip in steps into the running interpret
 2. torch's CPU build from PyTorch's CPU index (``--torch-index``), alone, unless it is installed already;
 3. the other requirements of the step-1 distributions minus ``EXCLUDED``, in one resolver pass with the
    arguments after ``--`` (``scripts/install.sh`` adds the repository's packages and test tools there);
-4. ``TORCH_AUTOLOAD_PTH`` into site-packages: a bare ``import torch`` works where torch-rbln is installed without
-   rebel-compiler (torch-rbln's autoload needs rebel's ``librbln.so``), and the SDK's torch-rbln still loads where
-   ``rebel`` is importable.
+4. ``TORCH_AUTOLOAD_PTH`` into site-packages: a bare ``import torch`` works where torch-rbln is installed and its
+   runtime library (rebel-compiler's ``librbln.so``) cannot be found, and the SDK's torch-rbln still loads where it
+   can. The library is looked up by torch-rbln's own resolver, so an importable ``rebel`` without the library
+   (a compile-only SDK, a stand-in) does not make ``import torch`` fail.
 
 This module is the one source of these pins: ``scripts/install.sh`` runs this file too (``python -P``, before the
 package's own dependencies are installed), so it imports only the standard library and ``packaging``.
@@ -46,13 +47,28 @@ SETUPTOOLS = "setuptools>=80.9,<81"
 EXCLUDED = frozenset({"torchvision", "torchaudio", "torchcodec", "setuptools", "vllm", "rebel-compiler"})
 
 PTH_NAME = "rbln_retrieval_torch_autoload.pth"
-# One line that site.py runs at every interpreter start of this environment (a .pth line starting with "import").
-# It sets nothing where the user chose, where torch-rbln is absent, or where rebel (the SDK's runtime) is present.
-TORCH_AUTOLOAD_PTH = (
-    "import os, importlib.util as u; 'TORCH_DEVICE_BACKEND_AUTOLOAD' in os.environ "
-    "or u.find_spec('torch_rbln') is None or u.find_spec('rebel') is not None "
-    "or os.environ.__setitem__('TORCH_DEVICE_BACKEND_AUTOLOAD', '0')\n"
-)
+# What the .pth runs at every interpreter start of this environment (site.py executes a .pth line that starts with
+# "import"). It sets nothing where the user chose or where torch-rbln is absent; with ``rebel`` not importable there
+# is no runtime library to load; with ``rebel`` importable, torch-rbln's own resolver of librbln.so decides
+# (``_internal/rbln_runtime_lib.py``, standard library only: torch-rbln's build loads it by path too), so a
+# ``rebel`` without the library (a stand-in) leaves ``import torch`` working. Only that last case pays for the
+# resolver's import of importlib.metadata; where the resolver's file is missing (another torch-rbln layout),
+# autoload stays on.
+AUTOLOAD_CHECK = """
+spec = u.find_spec("torch_rbln") if "TORCH_DEVICE_BACKEND_AUTOLOAD" not in os.environ else None
+resolver = os.path.join(spec.submodule_search_locations[0], "_internal", "rbln_runtime_lib.py") if spec else ""
+if spec and u.find_spec("rebel") is None:
+    os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+elif spec and os.path.isfile(resolver):
+    found = u.spec_from_file_location("_rbln_retrieval_librbln_probe", resolver)
+    probe = u.module_from_spec(found)
+    found.loader.exec_module(probe)
+    try:
+        probe.resolve_runtime_library()
+    except FileNotFoundError:
+        os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+"""
+TORCH_AUTOLOAD_PTH = f"import os, importlib.util as u; exec({AUTOLOAD_CHECK!r}, {{'os': os, 'u': u}})\n"
 
 
 def name_of(pin: str) -> str:

@@ -46,6 +46,8 @@ def test_the_default_engine_runs_vllm_in_this_process_on_the_bundled_backend(min
     assert isinstance(current_platform, BundledPlatform)
     builders = minilm_engine.stats()["attention_builders"]
     assert builders == ["EncoderOnlyAttentionBuilder(PackedAttentionMetadataBuilder)"]
+    # The engine tokenizes texts itself: vLLM loads no second tokenizer at the start.
+    assert minilm_engine._vllm._engine.renderer.tokenizer is None
 
 
 @pytest.mark.parametrize("fixture", ["minilm_engine", "minilm_bf16_engine"])

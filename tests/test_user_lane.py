@@ -8,9 +8,10 @@ Two setups:
   the backend first.
 - an NPU host: rebel-compiler importable (the stand-in, tests/standin) and one NPU device present
   (tests/npu_host/sitecustomize.py), so vllm-rbln's platform plugin would activate on a bare vLLM import and
-  `device="auto"` picks the NPU. torch-rbln's native library cannot be had without rebel-compiler, so this host
-  also sets TORCH_DEVICE_BACKEND_AUTOLOAD=0 (on a real NPU host torch-rbln loads). Its models are tiny ones stored
-  under the README's ids, so that compiling every bucket graph through the stand-in stays cheap.
+  `device="auto"` picks the NPU. The stand-in has no librbln.so (rebel-compiler's runtime, which torch-rbln's
+  autoload loads), so the .pth `make install` leaves turns that autoload off here as on a CPU machine, with no
+  variable set (on a real NPU host, where torch-rbln's resolver finds the library, torch-rbln loads). Its models are
+  tiny ones stored under the README's ids, so that compiling every bucket graph through the stand-in stays cheap.
 
 One server start per setup serves every HTTP check of it.
 """
@@ -106,11 +107,7 @@ REINSTALL = (
 def user_env(home: Path, *, npu_host: bool) -> dict[str, str]:
     env = {"PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(home), "HF_HUB_OFFLINE": "1", "LANG": "C.UTF-8"}
     if npu_host:
-        env |= {
-            "PYTHONPATH": f"{STANDIN}:{NPU_HOST}",
-            "REBEL_STANDIN_NPU": "RBLN-CA25",
-            "TORCH_DEVICE_BACKEND_AUTOLOAD": "0",
-        }
+        env |= {"PYTHONPATH": f"{STANDIN}:{NPU_HOST}", "REBEL_STANDIN_NPU": "RBLN-CA25"}
     return env
 
 
@@ -214,11 +211,22 @@ def test_an_npu_host_runs_this_packages_backend_never_vllm_rbln(tmp_path, tiny_m
     """On a simulated NPU host, where vllm-rbln's platform would win a bare vLLM import: doctor picks the NPU,
     compile builds the README's model's graphs ahead of time, serve runs it on the NPU route through this package's
     backend, loading those graphs (it compiles none), and both frameworks run on the NPU route. The CLI's own
-    entry on this host is compile's (embed shares it; embed itself runs on the installed machine)."""
+    entry on this host is compile's (embed shares it; embed itself runs on the installed machine). A bare
+    `import torch` works here with no variable set, and torch-rbln's autoload stays on where its resolver finds a
+    librbln.so (one on LD_LIBRARY_PATH: an empty file here, so torch-rbln then fails to load it)."""
     home = user_home(
         tmp_path / "home", {HUB_MINILM: tiny_models["bert-cls"], RERANKER: tiny_models["bert-cross-encoder"]}
     )
     setup = Setup(home, npu_host=True, log=tmp_path / "serve.log")
+    bare = run([sys.executable, "-c", "import torch; print(torch.__version__)"], setup.env, home)
+    assert bare.returncode == 0, bare.stderr[-3000:]
+    runtime = tmp_path / "runtime"
+    runtime.mkdir()
+    (runtime / "librbln.so").touch()
+    autoloaded = run([sys.executable, "-c", "import torch"], setup.env | {"LD_LIBRARY_PATH": str(runtime)}, home)
+    assert autoloaded.returncode != 0 and f"Failed to load {runtime / 'librbln.so'}" in autoloaded.stderr, (
+        autoloaded.stderr[-3000:]
+    )
     try:
         doctor = setup.cli("doctor")
         assert doctor.returncode == 0, doctor.stderr

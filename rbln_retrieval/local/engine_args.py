@@ -109,6 +109,10 @@ def _stock_kwargs(
         "use_tqdm_on_load": False,
         # One worker: run it inside the engine-core process instead of spawning another one (seconds at start).
         "distributed_executor_backend": "uni",
+        # Texts reach vLLM as token ids (text/tokens.py tokenizes them), so vLLM's own tokenizer would be a second
+        # load at every start, copied again for its renderer. Image-text models keep it: vLLM's processors place
+        # the image tokens with it.
+        "skip_tokenizer_init": not family.embeds_images,
     }
     kwargs.update(extra)
     return kwargs
