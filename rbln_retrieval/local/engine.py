@@ -63,7 +63,7 @@ T = TypeVar("T")
 
 class PoolingEngine(ImageEmbedding, PairScoring):
     """One vLLM pooling engine for one model: ``embed``, ``score`` and ``rerank``, sync and async; for image-text
-    models (CLIP, SigLIP, ColPali) also ``embed_images``, ``score_images`` and ``rerank_images`` (local/image_calls.py).
+    models also ``embed_images``, ``score_images`` and ``rerank_images`` (local/image_calls.py).
 
     ``model`` is a local directory or a Hugging Face id (``"org/name"`` or ``"org/name@revision"``) resolved
     through huggingface_hub's cache with ``revision``, ``cache_folder``, ``token`` and ``local_files_only``.
@@ -195,12 +195,13 @@ class PoolingEngine(ImageEmbedding, PairScoring):
         """Vectors for ``texts`` as a float32 array of shape (n, d), rows in input order. ``truncate`` (None: this
         object's default) decides what happens to texts over ``max_length``: "end" keeps the start, "start" keeps
         the end and the prompt, "error" raises naming the index, "chunk" embeds windows (rbln_retrieval.text.chunks).
-        ``output`` (bge-m3): "sparse" gives one {token_id: weight} dict per text, "multi_vector" one float32
-        (tokens, d) array per text; a list of outputs gives {output: result} (dense and sparse from one forward;
-        see rbln_retrieval.results.outputs). ColBERT checkpoints give "multi_vector" only, SPLADE checkpoints
-        "sparse" only. ``precision`` (dense only) quantizes the vectors as sentence-transformers'
-        ``quantize_embeddings`` does; int8/uint8 take ``ranges`` (2, d) or ``calibration_embeddings``
-        (rbln_retrieval.results.quantize). The other options and their defaults: EmbedRequest."""
+        ``output`` (a model with sparse and multi-vector heads): "sparse" gives one {token_id: weight} dict per text,
+        "multi_vector" one float32 (tokens, d) array per text; a list of outputs gives {output: result} (dense and
+        sparse from one forward; see rbln_retrieval.results.outputs). Late-interaction checkpoints give
+        "multi_vector" only, sparse ones "sparse" only (each family's outputs: docs/models.md). ``precision``
+        (dense only) quantizes the vectors as sentence-transformers' ``quantize_embeddings`` does; int8/uint8 take
+        ``ranges`` (2, d) or ``calibration_embeddings`` (rbln_retrieval.results.quantize). The other options and
+        their defaults: EmbedRequest."""
         request = EmbedRequest(**options)
         quantize, truncate = self._embed_call(request)
         return quantize(self._loop.run(self._embed_any(texts, request, truncate=truncate)))
@@ -212,9 +213,9 @@ class PoolingEngine(ImageEmbedding, PairScoring):
 
     def score(self, query: str, documents: Iterable[str], **options: Unpack[ScoreOptions]) -> list[float]:
         """Relevance of each document to ``query``: P(relevant) for rerankers, cosine for bi-encoders; with
-        ``output="multi_vector"`` (bge-m3) late interaction, MaxSim over the multi-vectors. ColBERT checkpoints
-        score by MaxSim whatever ``output`` says (token vectors are all they give), SPLADE checkpoints by the dot
-        product of sparse vectors (rbln_retrieval.engines.scoring)."""
+        ``output="multi_vector"`` (a model with a multi-vector head) late interaction, MaxSim over the multi-vectors.
+        Late-interaction checkpoints score by MaxSim whatever ``output`` says (token vectors are all they give),
+        sparse ones by the dot product of sparse vectors (rbln_retrieval.engines.scoring)."""
         return self._loop.run(self._score(query, documents, ScoreRequest(**options)))
 
     async def ascore(self, query: str, documents: Iterable[str], **options: Unpack[ScoreOptions]) -> list[float]:

@@ -55,7 +55,7 @@ class PairScoring:
     async def _score_template(
         self, query: str, documents: Iterable[str], *, family: ModelFamily, instruction: str | None, truncate: Truncate
     ) -> list[float]:
-        """A template reranker's P(yes) for each document inside its family's template (Qwen3-Reranker's)."""
+        """A template reranker's P(yes) for each document inside its family's template."""
 
         async def tokenize(first: int, chunk: list[str]) -> list[Tokens]:
             pairs = template_pairs(family, query, chunk, instruction)

@@ -349,7 +349,7 @@ class RemoteEngine(RemoteImageEmbedding):
     async def _score_template(
         self, query: str, documents: Iterable[str], *, family: ModelFamily, instruction: str | None, truncate: Truncate
     ) -> list[float]:
-        """A template reranker's P(yes) (Qwen3-Reranker's) from the server's /score route, which puts the query, each
+        """A template reranker's P(yes) from the server's /score route, which puts the query, each
         document and the instruction in the family's template as the local engine does."""
         cut = self._truncation(family, truncate)
         return await self._served_scores(
