@@ -173,15 +173,15 @@ def test_four_workers_share_one_engine_and_survive_its_holders_death(
     assert not files.socket.exists() and files.read_info() is None
 
 
-def test_a_holders_failed_start_raises_the_in_process_error(run_dir, tmp_path):
+def test_a_bad_model_is_refused_with_the_in_process_error_before_any_holder_starts(run_dir, tmp_path):
     not_a_model = tmp_path / "not-a-model"
     not_a_model.mkdir()
     with pytest.raises(Exception) as in_process:
         PoolingEngine(not_a_model, **OPTIONS)
     with pytest.raises(type(in_process.value)) as attached:
-        get_engine(not_a_model, **OPTIONS)
+        get_engine(not_a_model, **OPTIONS)  # get_engine reads the family itself, in this process
     assert str(attached.value) == str(in_process.value)
-    assert not _files(run_dir).holder_alive()
+    assert not list(run_dir.glob("*.holder")), "no holder was started for it"
 
 
 def test_the_default_follows_the_device(monkeypatch):
