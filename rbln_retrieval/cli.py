@@ -416,7 +416,7 @@ def _compile(args: argparse.Namespace) -> int:
     from rbln_retrieval import PoolingEngine, backend
 
     if args.soc:
-        print("rbln-retrieval compile: --soc is deprecated; use --npu", file=sys.stderr)
+        _warn("compile's --soc is deprecated; use --npu")
     npu = args.npu or args.soc or backend.forced_npu_name()
     if not npu:
         raise ValueError(

@@ -369,10 +369,11 @@ def test_serve_flags_win_over_the_environment_which_wins_over_defaults(monkeypat
 @pytest.mark.parametrize(
     ("args", "warning"),
     [
-        # 0.1.0's forms, kept for one release: the model as the first argument, and embed's --query switch.
+        # 0.1.0's forms, kept for one release: the model as the first argument, embed's --query switch, --soc.
         (["embed", "/no/such/model", "-"], "the model as the first argument is deprecated; use --model /no/such/model"),
         (["rerank", "/no/such/model", "--query", "q"], "the model as the first argument is deprecated; use --model"),
         (["embed", "-m", "/no/such/model", "--query", "-"], "embed's --query is deprecated; use --kind query"),
+        (["compile", "/no/such/model", "--soc", "RBLN-CA25"], "compile's --soc is deprecated; use --npu"),
     ],
 )
 def test_deprecated_forms_warn_once_and_still_work(args, warning):

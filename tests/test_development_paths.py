@@ -59,10 +59,13 @@ DRAWN = paths()
 
 
 def test_the_drawing_has_each_framework_class_and_both_values():
-    assert {"option from langchain", "option from llama-index embedding", "option from llama-index reranker"} <= set(
-        DRAWN
-    )
-    assert {"option into the runner", "text from langchain", "text into the runner"} <= set(DRAWN)
+    options = {"option from langchain", "option from llama-index embedding", "option from llama-index reranker"}
+    assert options | {"option into the engine", "option into the runner"} <= set(DRAWN)
+    texts = {"langchain embeddings", "langchain reranker", "llama-index embedding", "llama-index reranker"}
+    assert {f"text from {origin}" for origin in texts | {"RemoteEngine"}} | {"text into the runner"} <= set(DRAWN)
+    # The option drawn is dtype: the stops that hand it on by name say so.
+    assert "dtype=self.dtype" in {via for _, _, via in DRAWN["option from langchain"]}
+    assert '"dtype": dtype' in {via for _, _, via in DRAWN["option into the engine"]}
 
 
 @pytest.mark.parametrize("name", sorted(DRAWN))

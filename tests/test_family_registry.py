@@ -4,6 +4,7 @@ code outside the specs never names a family or a score method. Engine-free: dete
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, get_args
@@ -79,6 +80,38 @@ def test_the_scan_catches_a_planted_name():
     ]
     assert naming_offences("method = 'cosine'\n") == [(1, "'cosine'")]
     assert len(shipped_files()) > 50  # the scan reads the package and the integrations
+
+
+# Any spelling of a family, in code or in comments; a Hugging Face id ("org/name", a default model) is not one.
+FAMILY_WORDS = re.compile(r"qwen|splade|colbert|bge.?m3|colpali|siglip|\bclip\b|gemma|nomic", re.I)
+HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
+# The rooms that ask the spec and name no family even in a comment; the rest of the package (outside models/specs/)
+# is held to at most FAMILY_LINES_ELSEWHERE lines that name one, so the count can only fall.
+NAMELESS = ("engines", "text", "models/*.py", "local/engine.py", "local/pair_calls.py", "remote/client.py")
+FAMILY_LINES_ELSEWHERE = 104
+
+
+def family_lines(path: Path) -> list[str]:
+    return [
+        f"{path.relative_to(REPO)}:{number}: {line.strip()}"
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if FAMILY_WORDS.search(HUB_ID.sub("", line))
+    ]
+
+
+def test_the_nameless_rooms_name_no_family_and_the_rest_name_fewer():
+    package = REPO / "rbln_retrieval"
+    nameless = {path for pattern in NAMELESS for path in package.glob(pattern if "." in pattern else f"{pattern}/*.py")}
+    assert len(nameless) > 20
+    named = [line for path in sorted(nameless) for line in family_lines(path)]
+    assert not named, "ask the family's spec (models/specs/) instead of naming the family:\n" + "\n".join(named)
+    elsewhere = [
+        line
+        for path in sorted(package.rglob("*.py"))
+        if path not in nameless and not path.is_relative_to(SPECS_DIR)
+        for line in family_lines(path)
+    ]
+    assert len(elsewhere) <= FAMILY_LINES_ELSEWHERE, "\n".join(elsewhere)
 
 
 def test_every_family_name_has_one_spec():

@@ -9,7 +9,9 @@ import pickle
 import subprocess
 import sys
 import traceback
+from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 import llama_index.core
 import numpy as np
@@ -23,9 +25,11 @@ from pydantic import ValidationError
 
 import rbln_retrieval.frameworks.settings
 from langchain_rbln import RBLNEmbeddings, RBLNReranker
-from llama_index.embeddings.rbln import RBLNEmbedding
+from llama_index.embeddings.rbln import RBLNEmbedding, RBLNSparseEmbedding
 from llama_index.postprocessor.rbln_rerank import RBLNReranker as NodeReranker
 from rbln_retrieval import ModelNotFoundError, ModelNotSupportedError, PoolingEngine
+from rbln_retrieval.engines.options import EngineOptions
+from rbln_retrieval.models import families
 from rbln_retrieval.remote import RemoteError
 
 QUERY = "Which planet looks red?"
@@ -209,7 +213,7 @@ def test_family_trust_remote_code_and_allow_pickle_pass_through(tmp_path, cpu):
     assert (
         RBLNEmbedding(
             model_name="served", base_url="http://127.0.0.1:9", family="qwen3-embedding"
-        )._engine.spec.options["family"]
+        )._engine.spec.options.family
         == "qwen3-embedding"
     )
 
@@ -231,6 +235,7 @@ def test_every_engine_field_reaches_get_engine(monkeypatch, make):
 
     class Handle:
         engine = None
+        spec = SimpleNamespace(family=None)  # a remote model's: its server names the family
 
     def recording_get_engine(model, **kwargs):
         calls.append((model, kwargs))
@@ -359,3 +364,30 @@ def test_framework_objects_take_truncate_chunk(minilm, minilm_engine, cpu):
     np.testing.assert_allclose(embedding.get_text_embedding(long), want[1], atol=1e-5)
     with pytest.raises(ValidationError, match=r"Chunk\(output='all'\) gives every window's vector"):
         RBLNEmbeddings(model=minilm, truncate=Chunk(output="all"), **cpu)
+
+
+def test_each_object_builds_its_engine_options_once_and_reads_its_family_once(minilm, minilm_engine, cpu, monkeypatch):
+    """get_engine, the framework objects' entry, builds the EngineOptions and reads the family once and hands both
+    down: the integrations check the family get_engine read, the engine takes the LocalModel it made."""
+    counts: Counter[str] = Counter()
+    build = EngineOptions.__init__
+    read = families.Checkpoint  # what detect_family reads a directory through, once per detection
+
+    def counted_build(self: EngineOptions, **data: object) -> None:
+        counts["EngineOptions"] += 1
+        build(self, **data)
+
+    def counted_read(*args: object) -> object:
+        counts["detect_family"] += 1
+        return read(*args)
+
+    monkeypatch.setattr(EngineOptions, "__init__", counted_build)
+    monkeypatch.setattr(families, "Checkpoint", counted_read)
+    for name, make in {**MAKERS, "llama-index-sparse": None}.items():
+        if make is None:  # the sparse class refuses MiniLM (no sparse head) after the same one reading
+            with pytest.raises(ValueError, match="sparse"):
+                RBLNSparseEmbedding(model_name=str(minilm), **cpu)
+        else:
+            make(str(minilm), **cpu).close()
+        assert counts == {"EngineOptions": 1, "detect_family": 1}, name
+        counts.clear()

@@ -205,7 +205,7 @@ def test_a_new_revision_gets_new_compiled_graphs(hub):
         overrides = engine_overrides(
             target="host", max_length=256, model=key, dtype="float32", strict_shapes=False, user={}
         )
-        return BundledConfig(**overrides["additional_config"]["rbln_retrieval"]).cache_dir()
+        return BundledConfig.from_fields(overrides["additional_config"]["rbln_retrieval"]).cache_dir()
 
     main = cache_dir(HUB_TINY)
     assert main.name.startswith("tiny-bert-") and cache_dir(f"{HUB_TINY}@main") == main

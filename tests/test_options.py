@@ -6,14 +6,15 @@ test fails when one of them drifts from the declaration."""
 from __future__ import annotations
 
 import argparse
+import ast
 import re
 from pathlib import Path
 from typing import Literal, get_args, get_origin
 
 import pytest
 
-from rbln_retrieval import cli
-from rbln_retrieval.engines.options import ComputeOptions, EngineOptions, SourceOptions
+from rbln_retrieval import PoolingEngine, cli
+from rbln_retrieval.engines.options import ComputeOptions, EngineOptions, SourceOptions, local_model
 from rbln_retrieval.frameworks.settings import ENGINE_SETTINGS, EngineSettings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -96,3 +97,37 @@ def test_each_choice_list_is_written_once_in_the_package(values):
         if spelled.search(line)
     ]
     assert where == ["rbln_retrieval/engines/options.py:" + where[0].rpartition(":")[2]], where
+
+
+# Where EngineOptions are built and families read: each entry point once, handed down typed from there.
+ENTRY_POINTS = {
+    "EngineOptions": {
+        "rbln_retrieval/frameworks/connect.py": 1,  # get_engine: the framework objects' entry
+        "rbln_retrieval/local/engine.py": 2,  # PoolingEngine(model, **options) and PoolingEngine.shared
+        "rbln_retrieval/remote/client.py": 1,  # RemoteEngine(model, **options)
+        "rbln_retrieval/server/serve.py": 1,  # server_setup
+    },
+    "detect_family": {
+        "rbln_retrieval/engines/options.py": 1,  # local_model, which every local entry point calls
+        "rbln_retrieval/remote/served_model.py": 1,  # a remote model whose server names no family
+    },
+}
+
+
+def test_options_are_built_and_families_read_only_at_the_entry_points():
+    calls: dict[str, dict[str, int]] = {name: {} for name in ENTRY_POINTS}
+    for path in sorted([*(REPO / "rbln_retrieval").rglob("*.py"), *(REPO / "integrations").rglob("*.py")]):
+        if "tests" in path.relative_to(REPO).parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ENTRY_POINTS:
+                made = calls[node.func.id]
+                made[str(path.relative_to(REPO))] = made.get(str(path.relative_to(REPO)), 0) + 1
+    assert calls == ENTRY_POINTS
+
+
+def test_a_local_model_carries_its_options(minilm):
+    resolved = local_model(minilm, EngineOptions(device="cpu"))
+    assert resolved.family.name == "bi-encoder" and resolved.options.device == "cpu"
+    with pytest.raises(ValueError, match=r"^dtype, revision cannot be given beside a LocalModel, which carries"):
+        PoolingEngine(resolved, dtype="float32", revision="main")

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 from rbln_retrieval import PoolingEngine, get_engine
+from rbln_retrieval.engines.options import EngineOptions
 from rbln_retrieval.frameworks import attach
 from rbln_retrieval.frameworks.rendezvous import SHARE_ENV, EngineFiles
 
@@ -172,30 +173,30 @@ def test_four_workers_share_one_engine_and_survive_its_holders_death(
     assert not files.socket.exists() and files.read_info() is None
 
 
-def test_a_holders_failed_start_raises_the_in_process_error(run_dir, tmp_path):
+def test_a_bad_model_is_refused_with_the_in_process_error_before_any_holder_starts(run_dir, tmp_path):
     not_a_model = tmp_path / "not-a-model"
     not_a_model.mkdir()
     with pytest.raises(Exception) as in_process:
         PoolingEngine(not_a_model, **OPTIONS)
     with pytest.raises(type(in_process.value)) as attached:
-        get_engine(not_a_model, **OPTIONS)
+        get_engine(not_a_model, **OPTIONS)  # get_engine reads the family itself, in this process
     assert str(attached.value) == str(in_process.value)
-    assert not _files(run_dir).holder_alive()
+    assert not list(run_dir.glob("*.holder")), "no holder was started for it"
 
 
 def test_the_default_follows_the_device(monkeypatch):
     monkeypatch.delenv(SHARE_ENV, raising=False)
-    assert attach.shares_across_processes({"device": "rbln"}), "opt-out on an NPU"
-    assert not attach.shares_across_processes({"device": "cpu"}), "opt-in on the host"
+    assert attach.shares_across_processes(EngineOptions(device="rbln")), "opt-out on an NPU"
+    assert not attach.shares_across_processes(EngineOptions(device="cpu")), "opt-in on the host"
     compile_only = {"additional_config": {"rbln_retrieval": {"compile_only": True}}}
-    assert not attach.shares_across_processes({"device": "rbln", "engine_kwargs": compile_only})
+    assert not attach.shares_across_processes(EngineOptions(device="rbln", engine_kwargs=compile_only))
     monkeypatch.setenv(SHARE_ENV, "0")
-    assert not attach.shares_across_processes({"device": "rbln"})
+    assert not attach.shares_across_processes(EngineOptions(device="rbln"))
     monkeypatch.setenv(SHARE_ENV, "1")
-    assert attach.shares_across_processes({"device": "cpu"})
+    assert attach.shares_across_processes(EngineOptions(device="cpu"))
     monkeypatch.setenv(SHARE_ENV, "maybe")
     with pytest.raises(ValueError, match=f"{SHARE_ENV}='maybe' is not one of"):
-        attach.shares_across_processes({})
+        attach.shares_across_processes(EngineOptions())
 
 
 def test_a_run_folder_too_deep_for_a_socket_address_still_gives_a_bindable_socket(tmp_path, monkeypatch):

@@ -148,6 +148,25 @@ class BundledConfig:
     cache_root: str = ""  # resolved when the engine starts, so a later change of the variable moves nothing
 
     @classmethod
+    def from_fields(cls, raw: Mapping[str, Any]) -> BundledConfig:
+        """The one place a BundledConfig is made: from ``resolve``'s fields in the caller's process, and in the
+        engine-core process from the plain dict ``to_fields`` put into vLLM's ``additional_config``. Lists become
+        the tuples the fields hold; a field it does not know is refused naming it."""
+        unknown = sorted(set(raw) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ValueError(
+                f"Unknown bundled-config fields {unknown} in additional_config[{CONFIG_KEY!r}]: the engine was "
+                "configured by another version of rbln-retrieval."
+            )
+        tuples = {name: tuple(raw[name]) for name in ("buckets", "rows") if name in raw}
+        return cls(**{**raw, **tuples})
+
+    def to_fields(self) -> dict[str, Any]:
+        """This config as the plain dict (JSON types) that crosses to the engine-core process; ``from_fields``
+        reads it back equal."""
+        return {**asdict(self), "buckets": list(self.buckets), "rows": list(self.rows)}
+
+    @classmethod
     def from_vllm_config(cls, vllm_config: Any) -> BundledConfig:
         """The config ``resolve`` built, read back from vLLM's config in the engine-core process (which receives it
         as a plain dict): decoded once per process, however many stages ask for it."""
@@ -220,8 +239,7 @@ def _host_buckets(settings: RunnerSettings, max_length: int) -> list[int]:
 
 @functools.lru_cache(maxsize=8)
 def _decoded(wire: str) -> BundledConfig:
-    raw = json.loads(wire)
-    return BundledConfig(**{**raw, "buckets": tuple(raw["buckets"]), "rows": tuple(raw.get("rows", ()))})
+    return BundledConfig.from_fields(json.loads(wire))
 
 
 def resolve(
@@ -238,7 +256,7 @@ def resolve(
 ) -> BundledConfig:
     """The bundled runner's config for an engine: ``user`` holds the caller's ``additional_config`` entry (less
     ``npu``, read as ``RunnerSettings``), ``npu``, ``sdk`` and ``snapshot`` what the rbln target builds for (keyed,
-    and pinned in the cache's manifest). The one place a ``BundledConfig`` is built."""
+    and pinned in the cache's manifest)."""
     settings = RunnerSettings.parse(user)
     # The NPU cannot run host kernels: it always takes the static path.
     static = target == "rbln" or settings.kernels == "static"
@@ -252,26 +270,28 @@ def resolve(
         raise ValueError("compile_only compiles for an NPU; it needs device='rbln'.")
     from vllm import __version__ as vllm_version
 
-    return BundledConfig(
-        target=target,  # type: ignore[arg-type]
-        buckets=tuple(buckets),
-        rows=row_counts,
-        kernels="static" if static else "host",
-        host_compile_backend=settings.host_compile_backend,
-        strict_shapes=strict_shapes,
-        step_cost_tokens=settings.step_cost_tokens,
-        compile_only=settings.compile_only,
-        cache_key={"model": model, "dtype": dtype, "max_length": max_length, "vllm": vllm_version},
-        npu=npu,
-        sdk=sdk,
-        snapshot=snapshot,
-        cache_root=str(cache_root()),
+    return BundledConfig.from_fields(
+        {
+            "target": target,
+            "buckets": buckets,
+            "rows": row_counts,
+            "kernels": "static" if static else "host",
+            "host_compile_backend": settings.host_compile_backend,
+            "strict_shapes": strict_shapes,
+            "step_cost_tokens": settings.step_cost_tokens,
+            "compile_only": settings.compile_only,
+            "cache_key": {"model": model, "dtype": dtype, "max_length": max_length, "vllm": vllm_version},
+            "npu": npu,
+            "sdk": sdk,
+            "snapshot": snapshot,
+            "cache_root": str(cache_root()),
+        }
     )
 
 
 def engine_arguments(bundled: BundledConfig) -> dict[str, Any]:
     """vLLM engine arguments that run ``bundled`` on the bundled runner; the config travels to the engine-core
-    process inside ``additional_config`` (``BundledConfig.from_vllm_config`` reads it there)."""
+    process inside ``additional_config`` (``BundledConfig.from_vllm_config`` reads it back there)."""
     native = {"compilation_config": {"custom_ops": NATIVE_CUSTOM_OPS}} if bundled.kernels == "static" else {}
     return {
         **native,
@@ -285,9 +305,7 @@ def engine_arguments(bundled: BundledConfig) -> dict[str, Any]:
         "enable_chunked_prefill": False,
         "enable_prefix_caching": False,
         "max_num_batched_tokens": max(bundled.buckets),
-        "additional_config": {
-            CONFIG_KEY: {**asdict(bundled), "buckets": list(bundled.buckets), "rows": list(bundled.rows)}
-        },
+        "additional_config": {CONFIG_KEY: bundled.to_fields()},
     }
 
 

@@ -1,17 +1,21 @@
 """The engine options, each declared once (type, default, help), validated once, and what they resolve to: the model
-snapshot to read, and the bundled backend's target on the resolved device.
+snapshot to read, and the bundled backend's target on the resolved device. ``local_model`` is a local engine's
+front door: every entry point (``get_engine``, ``PoolingEngine``, ``serve``) builds its ``EngineOptions`` once,
+resolves the snapshot and reads its family once, and hands the typed ``LocalModel`` down to the engine.
 
-Imports: models (families, source); pydantic.
+Imports: models (families, files, source); pydantic.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rbln_retrieval.models.families import FamilyName
+from rbln_retrieval.models.families import FamilyName, ModelFamily, check_remote_code, detect_family
+from rbln_retrieval.models.files import check_weights
 from rbln_retrieval.models.source import ModelSource, resolve_model
 
 Device = Literal["auto", "rbln", "cpu"]
@@ -98,3 +102,30 @@ class EngineOptions(ComputeOptions):
         return resolve_model(
             model, allow_pickle=self.allow_pickle, trust_remote_code=self.trust_remote_code, **source_args
         )
+
+
+@dataclass(frozen=True)
+class LocalModel:
+    """A local engine's model as its entry point resolved it: the snapshot directory, the engine options and the
+    family read from the snapshot, each made once and handed down (to a holder process too: it pickles)."""
+
+    source: ModelSource
+    options: EngineOptions
+    family: ModelFamily
+
+    @property
+    def path(self) -> str:
+        return self.source.path
+
+    def __str__(self) -> str:
+        return str(self.source)
+
+
+def local_model(model: str | os.PathLike[str] | ModelSource, options: EngineOptions, **source_args: Any) -> LocalModel:
+    """``model`` resolved for a local engine of ``options``: its snapshot, and its family read and checked (remote
+    code, pickle weights) before any engine starts."""
+    source = options.resolve_source(model, **source_args)
+    family = detect_family(source.path, max_length=options.max_length, family=options.family)
+    check_remote_code(source.path, family, trust_remote_code=options.trust_remote_code)
+    check_weights(source.path, allow_pickle=options.allow_pickle)
+    return LocalModel(source, options, family)

@@ -21,8 +21,8 @@ DESCRIBE_PATH = "/v1/rbln-retrieval/model"
 # vLLM's /v1/embeddings request plus ``precision`` and ``ranges``, answered with each row's quantized bytes (base64)
 # and their dtype: the quantized form is what travels (rbln_retrieval.server.quantized). Named in the description.
 QUANTIZED_EMBED_PATH = "/v1/rbln-retrieval/embeddings"
-# Token-level and sparse outputs (bge-m3, ColBERT, SPLADE; ColPali pages from images) and dense vectors, each row's
-# outputs as their bytes (rbln_retrieval.server.own_routes). Named in the description.
+# Token-level and sparse outputs (multi-vector and sparse heads; page images' token vectors) and dense vectors,
+# each row's outputs as their bytes (rbln_retrieval.server.own_routes). Named in the description.
 OUTPUTS_PATH = "/v1/rbln-retrieval/outputs"
 
 

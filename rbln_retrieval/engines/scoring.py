@@ -1,7 +1,7 @@
 """How a query scores against documents, decided once for every engine: a document's best window (chunked), late
-interaction (MaxSim over multi-vectors), the dot product of sparse vectors (SPLADE), the cosine of embeddings, or
-the model reading each (query, document) pair (a cross-encoder, or a family's template around the pair, as
-Qwen3-Reranker reads it).
+interaction (MaxSim over multi-vectors), the dot product of sparse vectors, the cosine of embeddings, or the model
+reading each (query, document) pair (a cross-encoder, or a template reranker reading its family's template around
+the pair).
 
 The engines differ only in how they pool (local: vLLM's engine in this process; remote: a server over HTTP): each
 hands the router a Scorer holding its family, the tokenizer windows are cut with, which token-level outputs it
@@ -49,8 +49,8 @@ class Scorer:
     """What differs between engines, as the router uses it: the model, its family (a remote engine asks the
     server), the tokenizer windows are cut with, which token-level outputs the engine gives (``check_outputs``
     refuses the others), ``embed`` (an EmbedRequest's output for texts; empty input, empty result), and the finite
-    scores, in input order, of a cross-encoder reading (query, document) pairs and of a template reranker
-    (Qwen3-Reranker) reading its family's template around them."""
+    scores, in input order, of a cross-encoder reading (query, document) pairs and of a template reranker reading
+    its family's template around them."""
 
     model: str
     family: Callable[[], Awaitable[ModelFamily]]

@@ -6,7 +6,7 @@ After ``os.fork()`` the child forgets the parent's engines (their loop threads e
 used in the child acquires an engine of the child's own. A pickled handle carries only what identifies its engine
 and acquires it on first use in the process that unpickles it.
 
-Imports: engines (options, protocol, requests), models (source), text (inputs); no engine class: an EngineSpec names
+Imports: engines (options, protocol, requests), models (families), text (inputs); no engine class: an EngineSpec names
 the one it starts.
 """
 
@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, Unpack
 
-from rbln_retrieval.engines.options import EngineOptions
+from rbln_retrieval.engines.options import EngineOptions, LocalModel
 from rbln_retrieval.engines.protocol import RetrievalEngine
 from rbln_retrieval.engines.requests import EmbedOptions, RerankOptions, ScoreOptions
-from rbln_retrieval.models.source import ModelSource
+from rbln_retrieval.models.families import ModelFamily
 from rbln_retrieval.text.inputs import Truncate, check_truncate
 
 logger = logging.getLogger(__name__)
@@ -37,13 +37,13 @@ _Options = TypeVar("_Options", EmbedOptions, ScoreOptions, RerankOptions)
 @dataclass(frozen=True)
 class EngineSpec:
     """What identifies a shared engine: the kind of engine that serves it (PoolingEngine or RemoteEngine, named by
-    whoever makes the spec, so this registry depends on neither), the model, the options that change its
-    computation, and for a remote client the servers and key. Per-call behaviour (truncate, timeout, batch sizes,
-    progress) is not part of it."""
+    whoever makes the spec, so this registry depends on neither), the model (a local engine's LocalModel carries its
+    options and family; a remote client's model name or id comes with its options), and for a remote client the
+    servers and key. Per-call behaviour (truncate, timeout, batch sizes, progress) is not part of it."""
 
-    engine: Callable[..., RetrievalEngine]  # called as engine(model, **options) (remote: with the servers and key)
-    model: str | ModelSource  # a local engine's resolved snapshot; a remote client's model name or id
-    options: dict[str, Any] = field(default_factory=dict)
+    engine: Callable[..., RetrievalEngine]  # local: engine(model); remote: engine(model, options=, servers, key)
+    model: LocalModel | str
+    remote_options: EngineOptions | None = None  # a remote client's options; a LocalModel carries its own
     # Never in the repr: a base URL may hold a user and password, the client settings a Hugging Face token.
     base_url: tuple[str, ...] | None = field(default=None, repr=False)
     api_key: str | None = field(default=None, repr=False)
@@ -53,19 +53,33 @@ class EngineSpec:
     def remote(self) -> bool:
         return self.base_url is not None
 
+    @property
+    def options(self) -> EngineOptions:
+        if isinstance(self.model, LocalModel):
+            return self.model.options
+        if self.remote_options is None:
+            raise ValueError(f"The spec of the remote engine for {self.model} names no options.")
+        return self.remote_options
+
+    @property
+    def family(self) -> ModelFamily | None:
+        """The local model's family, read by the entry point before any engine starts; None for a remote client
+        (its server names the family)."""
+        return self.model.family if isinstance(self.model, LocalModel) else None
+
     def key(self) -> tuple[Any, ...]:
-        options = EngineOptions(**self.options).model_dump_json()
-        if self.remote:
-            return (self.engine, self.model, self.base_url, self.api_key, options, repr(sorted(self.client.items())))
-        path = self.model.path if isinstance(self.model, ModelSource) else self.model
-        return (self.engine, str(Path(path).resolve()), options)
+        options = self.options.model_dump_json()
+        if isinstance(self.model, LocalModel):
+            return (self.engine, str(Path(self.model.path).resolve()), options)
+        return (self.engine, self.model, self.base_url, self.api_key, options, repr(sorted(self.client.items())))
 
     def start(self) -> RetrievalEngine:
-        if self.base_url is not None:
-            return self.engine(
-                str(self.model), base_url=list(self.base_url), api_key=self.api_key, **self.client, **self.options
-            )
-        return self.engine(self.model, **self.options)
+        if isinstance(self.model, LocalModel):
+            return self.engine(self.model)
+        assert self.base_url is not None, "a remote client's spec names its servers"
+        return self.engine(
+            self.model, base_url=list(self.base_url), api_key=self.api_key, options=self.options, **self.client
+        )
 
 
 @dataclass

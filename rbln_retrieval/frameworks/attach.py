@@ -15,7 +15,7 @@ Which objects share (``shares_across_processes``): RBLN_SHARE_ENGINES=1 every fr
 =0 none; unset, those on an RBLN NPU (where each process would otherwise load the same graphs into the device's
 memory), not those on the CPU (where processes share the cores anyway).
 
-Imports: frameworks (holder, rendezvous), engines (shared), local (device); multiprocessing's connection.
+Imports: frameworks (holder, rendezvous), engines (options, shared), local (device); multiprocessing's connection.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from collections.abc import Iterable
 from multiprocessing.connection import Client, Connection
 from typing import Any
 
+from rbln_retrieval.engines.options import EngineOptions, LocalModel
 from rbln_retrieval.engines.shared import EngineSpec
 from rbln_retrieval.frameworks.holder import CALLABLE, GETATTR, PING
 from rbln_retrieval.frameworks.rendezvous import SHARE_ENV, EngineFiles, lock, locked, share_setting
@@ -49,24 +50,22 @@ _POLL_SECONDS = 0.2
 _started: list[subprocess.Popen[bytes]] = []
 
 
-def shares_across_processes(options: dict[str, Any]) -> bool:
+def shares_across_processes(options: EngineOptions) -> bool:
     """Whether a framework object's local engine of ``options`` is shared across processes (the module's rule)."""
     setting = share_setting()
     if setting is not None:
         return setting
-    if (options.get("engine_kwargs") or {}).get("additional_config", {}).get("rbln_retrieval", {}).get("compile_only"):
+    if (options.engine_kwargs.get("additional_config") or {}).get("rbln_retrieval", {}).get("compile_only"):
         return False  # compiling builds graphs on a host that may have no NPU; nothing is loaded to share
-    device = options.get("device") or "auto"
-    return device == "rbln" or (device == "auto" and resolve_device("auto") == "rbln")
+    return options.device == "rbln" or (options.device == "auto" and resolve_device("auto") == "rbln")
 
 
-def attached_engine(model: Any, **options: Any) -> AttachedEngine:
-    """The engine PoolingEngine(model, **options) would be, run by its holder (started now if there is none).
-    Called as an EngineSpec's engine, so a process attaches once per model and options, however many objects
-    share it."""
+def attached_engine(model: LocalModel) -> AttachedEngine:
+    """The engine PoolingEngine(model) would be, run by its holder (started now if there is none). Called as an
+    EngineSpec's engine, so a process attaches once per model and options, however many objects share it."""
     from rbln_retrieval.local.engine import PoolingEngine
 
-    spec = EngineSpec(PoolingEngine, model, options)
+    spec = EngineSpec(PoolingEngine, model)
     files = EngineFiles.for_key((*spec.key(), device_scope()))  # the holder runs on the NPUs its starter may use
     lease = lock(files.path("lease"), fcntl.LOCK_SH)  # waits while a holder without clients exits
     try:

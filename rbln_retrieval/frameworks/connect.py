@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from rbln_retrieval.engines.options import EngineOptions
+from rbln_retrieval.engines.options import EngineOptions, local_model
 from rbln_retrieval.engines.requests import EmbedOptions, RerankOptions, ScoreOptions
 from rbln_retrieval.engines.shared import EngineHandle, EngineSpec
 from rbln_retrieval.frameworks.attach import attached_engine, shares_across_processes
@@ -43,20 +43,23 @@ def get_engine(
     holds it, the others attach: frameworks/attach.py) on an RBLN NPU, or wherever RBLN_SHARE_ENGINES=1.
     """
     source_args = {name: options.pop(name) for name in SOURCE_ARGS if name in options}
+    transport = ("batch_size", "max_retries", "verify", "max_in_flight") if base_url is not None else ()
+    client = {name: options.pop(name) for name in transport if name in options}
+    engine_options = EngineOptions(**options)  # the one construction a framework object's options get
     if base_url is None:
-        source = EngineOptions(**options).resolve_source(model, **source_args)
         # Across processes, the engine runs in the one process holding it (attach.py), under a key of its own.
-        spec = EngineSpec(attached_engine if shares_across_processes(options) else PoolingEngine, source, options)
+        engine = attached_engine if shares_across_processes(engine_options) else PoolingEngine
+        spec = EngineSpec(engine, local_model(model, engine_options, **source_args))
     else:
         from rbln_retrieval.remote.client import RemoteEngine  # httpx is imported with the first remote client
 
         urls = (base_url,) if isinstance(base_url, str) else tuple(base_url)
-        client: dict[str, Any] = {
-            name: options.pop(name)
-            for name in ("batch_size", "max_retries", "verify", "max_in_flight")
-            if name in options
-        }
         spec = EngineSpec(
-            RemoteEngine, os.fspath(model), options, base_url=urls, api_key=api_key, client={**client, **source_args}
+            RemoteEngine,
+            os.fspath(model),
+            engine_options,
+            base_url=urls,
+            api_key=api_key,
+            client={**client, **source_args},
         )
     return EngineHandle(spec, truncate=truncate, timeout=timeout, attach=attach)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sized
+from collections.abc import Callable, Coroutine, Iterable, Sized
 from dataclasses import replace
 from typing import Any, TypeVar, Unpack
 
@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from rbln_retrieval import backend
 from rbln_retrieval.engines.loop import EngineLoop
-from rbln_retrieval.engines.options import EngineOptions
+from rbln_retrieval.engines.options import EngineOptions, LocalModel, local_model
 from rbln_retrieval.engines.requests import (
     EmbedOptions,
     EmbedRequest,
@@ -37,9 +37,9 @@ from rbln_retrieval.engines.windows import embed_windowed
 from rbln_retrieval.local.device import resolve_device
 from rbln_retrieval.local.engine_args import resolve_dtype
 from rbln_retrieval.local.image_calls import ImageEmbedding
+from rbln_retrieval.local.pair_calls import PairScoring, off_loop
 from rbln_retrieval.local.vllm_calls import encode, start_vllm
-from rbln_retrieval.models.families import ModelFamily, check_remote_code, detect_family
-from rbln_retrieval.models.files import check_weights
+from rbln_retrieval.models.families import ModelFamily
 from rbln_retrieval.models.source import SOURCE_ARGS, ModelSource
 from rbln_retrieval.results.finite import check_finite
 from rbln_retrieval.results.outputs import (
@@ -53,17 +53,17 @@ from rbln_retrieval.results.quantize import quantizer
 from rbln_retrieval.results.ranking import rank
 from rbln_retrieval.text.chunks import embed_windows
 from rbln_retrieval.text.inputs import Truncate, check_dimensions, check_truncate, chunking, chunks
-from rbln_retrieval.text.prompts import embed_prefix, template_pairs
-from rbln_retrieval.text.tokens import PromptTokenizer, Tokens
+from rbln_retrieval.text.prompts import embed_prefix
+from rbln_retrieval.text.tokens import PromptTokenizer
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 
-class PoolingEngine(ImageEmbedding):
+class PoolingEngine(ImageEmbedding, PairScoring):
     """One vLLM pooling engine for one model: ``embed``, ``score`` and ``rerank``, sync and async; for image-text
-    models (CLIP, SigLIP, ColPali) also ``embed_images``, ``score_images`` and ``rerank_images`` (local/image_calls.py).
+    models also ``embed_images``, ``score_images`` and ``rerank_images`` (local/image_calls.py).
 
     ``model`` is a local directory or a Hugging Face id (``"org/name"`` or ``"org/name@revision"``) resolved
     through huggingface_hub's cache with ``revision``, ``cache_folder``, ``token`` and ``local_files_only``.
@@ -72,7 +72,7 @@ class PoolingEngine(ImageEmbedding):
 
     def __init__(
         self,
-        model: str | os.PathLike[str] | ModelSource,
+        model: str | os.PathLike[str] | ModelSource | LocalModel,
         *,
         truncate: Truncate = "end",
         revision: str | None = None,
@@ -82,16 +82,18 @@ class PoolingEngine(ImageEmbedding):
         **options: Any,
     ):
         self.truncate = check_truncate(truncate)
-        self.options = EngineOptions(**options)
-        self.source = self.options.resolve_source(
-            model, revision=revision, cache_folder=cache_folder, token=token, local_files_only=local_files_only
-        )
+        source_args = {"revision": revision, "cache_folder": cache_folder, "token": token}
+        if isinstance(model, LocalModel):  # resolved by the entry point that made it (get_engine, shared, serve)
+            given = [*options, *(name for name, value in source_args.items() if value is not None)]
+            if local_files_only:
+                given.append("local_files_only")
+            if given:
+                raise ValueError(f"{', '.join(given)} cannot be given beside a LocalModel, which carries its options.")
+            resolved = model
+        else:
+            resolved = local_model(model, EngineOptions(**options), local_files_only=local_files_only, **source_args)
+        self.options, self.source, self.family = resolved.options, resolved.source, resolved.family
         self.model = self.source.path
-        self.family: ModelFamily = detect_family(
-            self.model, max_length=self.options.max_length, family=self.options.family
-        )
-        check_remote_code(self.model, self.family, trust_remote_code=self.options.trust_remote_code)
-        check_weights(self.model, allow_pickle=self.options.allow_pickle)
         self.options.target(self.options.device)  # refuses runner="stock" on device="rbln" before any work
         self.device = resolve_device(self.options.device, compile_only=backend.compile_only(self.options.engine_kwargs))
         self.target = self.options.target(self.device)
@@ -115,8 +117,9 @@ class PoolingEngine(ImageEmbedding):
         Keyed by the resolved directory, so every spelling of one snapshot (id, id@revision, the snapshot
         directory) shares one engine; the source options (token included) are not part of the key."""
         source_args = {name: options.pop(name) for name in SOURCE_ARGS if name in options}
-        source = EngineOptions(**options).resolve_source(model, **source_args)
-        return EngineHandle(EngineSpec(PoolingEngine, source, options), truncate=truncate)
+        return EngineHandle(
+            EngineSpec(PoolingEngine, local_model(model, EngineOptions(**options), **source_args)), truncate=truncate
+        )
 
     @staticmethod
     def close_all() -> None:
@@ -192,12 +195,13 @@ class PoolingEngine(ImageEmbedding):
         """Vectors for ``texts`` as a float32 array of shape (n, d), rows in input order. ``truncate`` (None: this
         object's default) decides what happens to texts over ``max_length``: "end" keeps the start, "start" keeps
         the end and the prompt, "error" raises naming the index, "chunk" embeds windows (rbln_retrieval.text.chunks).
-        ``output`` (bge-m3): "sparse" gives one {token_id: weight} dict per text, "multi_vector" one float32
-        (tokens, d) array per text; a list of outputs gives {output: result} (dense and sparse from one forward;
-        see rbln_retrieval.results.outputs). ColBERT checkpoints give "multi_vector" only, SPLADE checkpoints
-        "sparse" only. ``precision`` (dense only) quantizes the vectors as sentence-transformers'
-        ``quantize_embeddings`` does; int8/uint8 take ``ranges`` (2, d) or ``calibration_embeddings``
-        (rbln_retrieval.results.quantize). The other options and their defaults: EmbedRequest."""
+        ``output`` (a model with sparse and multi-vector heads): "sparse" gives one {token_id: weight} dict per text,
+        "multi_vector" one float32 (tokens, d) array per text; a list of outputs gives {output: result} (dense and
+        sparse from one forward; see rbln_retrieval.results.outputs). Late-interaction checkpoints give
+        "multi_vector" only, sparse ones "sparse" only (each family's outputs: docs/models.md). ``precision``
+        (dense only) quantizes the vectors as sentence-transformers' ``quantize_embeddings`` does; int8/uint8 take
+        ``ranges`` (2, d) or ``calibration_embeddings`` (rbln_retrieval.results.quantize). The other options and
+        their defaults: EmbedRequest."""
         request = EmbedRequest(**options)
         quantize, truncate = self._embed_call(request)
         return quantize(self._loop.run(self._embed_any(texts, request, truncate=truncate)))
@@ -209,9 +213,9 @@ class PoolingEngine(ImageEmbedding):
 
     def score(self, query: str, documents: Iterable[str], **options: Unpack[ScoreOptions]) -> list[float]:
         """Relevance of each document to ``query``: P(relevant) for rerankers, cosine for bi-encoders; with
-        ``output="multi_vector"`` (bge-m3) late interaction, MaxSim over the multi-vectors. ColBERT checkpoints
-        score by MaxSim whatever ``output`` says (token vectors are all they give), SPLADE checkpoints by the dot
-        product of sparse vectors (rbln_retrieval.engines.scoring)."""
+        ``output="multi_vector"`` (a model with a multi-vector head) late interaction, MaxSim over the multi-vectors.
+        Late-interaction checkpoints score by MaxSim whatever ``output`` says (token vectors are all they give),
+        sparse ones by the dot product of sparse vectors (rbln_retrieval.engines.scoring)."""
         return self._loop.run(self._score(query, documents, ScoreRequest(**options)))
 
     async def ascore(self, query: str, documents: Iterable[str], **options: Unpack[ScoreOptions]) -> list[float]:
@@ -275,7 +279,7 @@ class PoolingEngine(ImageEmbedding):
         ids: list[list[int]] = []
         with self._progress(texts, request.show_progress) as bar:
             for first, chunk in chunks(texts, what):
-                tokens = await _off_loop(chunk, self.tokenizer.encode_texts, chunk, prefix, truncate, first_index=first)
+                tokens = await off_loop(chunk, self.tokenizer.encode_texts, chunk, prefix, truncate, first_index=first)
                 ids.extend(t.ids for t in tokens)
                 rows = await asyncio.gather(*(self._encode(tokens, p, stack=False) for p in tasks.values()))
                 for task, task_rows in zip(tasks, rows):
@@ -300,7 +304,7 @@ class PoolingEngine(ImageEmbedding):
         rows: list[np.ndarray] = []
         with self._progress(texts, request.show_progress) as bar:
             for first, chunk in chunks(texts, what):
-                tokens = await _off_loop(chunk, self.tokenizer.encode_texts, chunk, prefix, truncate, first_index=first)
+                tokens = await off_loop(chunk, self.tokenizer.encode_texts, chunk, prefix, truncate, first_index=first)
                 rows.extend(await self._encode(tokens, params, bar=bar))
         return self._stacked(rows, params.dimensions, what)
 
@@ -359,52 +363,6 @@ class PoolingEngine(ImageEmbedding):
     async def _tokenizer(self, family: ModelFamily) -> PromptTokenizer:
         return self.tokenizer
 
-    async def aclassify(self, texts: Iterable[str], *, truncate: Truncate = "end") -> list[float]:
-        """A cross-encoder's first probability for each text alone: one sequence through its classifier head (TEI's
-        /predict of one text), not a (query, document) pair."""
-        if not self.family.is_cross_encoder:
-            raise ValueError(f"{self.model} is an embedder; it has no classifier head to classify a text with.")
-
-        async def tokenize(first: int, chunk: list[str]) -> list[Tokens]:
-            return await _off_loop(chunk, self.tokenizer.encode_texts, chunk, "", truncate, first_index=first)
-
-        return await self._loop.arun(self._classify(texts, tokenize))
-
-    async def _score_pairs(
-        self, query: str, documents: Iterable[str], *, family: ModelFamily, instruction: str | None, truncate: Truncate
-    ) -> list[float]:
-        """A cross-encoder's P(relevant) of each (query, document) pair (it takes no instruction)."""
-
-        async def tokenize(first: int, chunk: list[str]) -> list[Tokens]:
-            return await _off_loop(chunk, self.tokenizer.encode_pairs, query, chunk, truncate, first_index=first)
-
-        return await self._classify(documents, tokenize)
-
-    async def _score_template(
-        self, query: str, documents: Iterable[str], *, family: ModelFamily, instruction: str | None, truncate: Truncate
-    ) -> list[float]:
-        """A template reranker's P(yes) for each document inside its family's template (Qwen3-Reranker's)."""
-
-        async def tokenize(first: int, chunk: list[str]) -> list[Tokens]:
-            pairs = template_pairs(family, query, chunk, instruction)
-            return await _off_loop(chunk, self.tokenizer.encode_template, pairs, truncate, first_index=first)
-
-        return await self._classify(documents, tokenize)
-
-    async def _classify(
-        self, documents: Iterable[str], tokenize: Callable[[int, list[str]], Awaitable[list[Tokens]]]
-    ) -> list[float]:
-        """The classifier's first probability for each document's prompt, ``tokenize(first index, chunk)``."""
-        from vllm import PoolingParams
-
-        params = PoolingParams(task="classify", use_activation=True)
-        scores: list[float] = []
-        for first, chunk in chunks(documents, what="documents"):
-            tokens = await tokenize(first, chunk)
-            scores.extend(float(row.reshape(-1)[0]) for row in await self._encode(tokens, params))
-        check_finite(scores, "documents")
-        return scores
-
     async def _encode(self, tokens: list[Any], params: Any, *, bar: tqdm | None = None, stack: bool = True) -> Any:
         return await encode(await self._running_engine(), self.model, tokens, params=params, bar=bar, stack=stack)
 
@@ -423,15 +381,3 @@ class PoolingEngine(ImageEmbedding):
     def _progress(texts: Iterable[str], show_progress: bool) -> tqdm:
         total = len(texts) if isinstance(texts, Sized) else None
         return tqdm(total=total, disable=not show_progress, desc="Embedding", unit="text")
-
-
-# Tokenizing this few texts (at most a window of each, see text/tokens.py) costs less than a hop to a worker thread.
-INLINE_TOKENIZE = 4
-
-
-async def _off_loop(chunk: list[str], fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """``fn(*args, **kwargs)`` in a worker thread, so the engine loop keeps serving other callers while a large
-    chunk is tokenized; a chunk of a few texts (a query) is tokenized in place."""
-    if len(chunk) <= INLINE_TOKENIZE:
-        return fn(*args, **kwargs)
-    return await asyncio.to_thread(fn, *args, **kwargs)

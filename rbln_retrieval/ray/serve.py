@@ -46,10 +46,10 @@ class PoolingServer:
         # server_setup resolves vLLM's platform first, as `rbln-retrieval serve` does.
         setups = [server_setup(name, limits=limits, api_key=api_key, **options) for name in names]
         self._engines: list[Any] = []
-        for name, setup in zip(names, setups, strict=True):
+        for setup in setups:
             # The engine's processes start inside the block and inherit the backend choice (and the NPU Ray assigned).
             with backend.activated(setup.target, cpu_threads_env() if setup.target != "rbln" else None):
-                self._engines.append(await asyncio.to_thread(start_engine, name, setup))
+                self._engines.append(await asyncio.to_thread(start_engine, setup))
         self._app = build_served_app(self._engines, setups, limits)
 
     def __serve_build_asgi_app__(self) -> Any:

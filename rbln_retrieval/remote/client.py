@@ -74,7 +74,8 @@ class RemoteEngine(RemoteImageEmbedding):
     timeout bounds the whole call (every request, retry, backoff and wait for a busy server); without one, each
     request gets DEFAULT_TIMEOUT for all its attempts, so a long ingest is not cut short.
     ``max_in_flight`` requests per replica are sent at once (fewer if the server's limit is lower); the rest wait
-    here, not in the server's queue."""
+    here, not in the server's queue. The engine options come as keywords or, built once by the caller
+    (``get_engine``), as ``options``."""
 
     def __init__(
         self,
@@ -92,7 +93,8 @@ class RemoteEngine(RemoteImageEmbedding):
         local_files_only: bool = False,
         truncate: Truncate = "end",
         verify: bool | str = True,
-        **options: Any,
+        options: EngineOptions | None = None,
+        **engine_options: Any,
     ):
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
         if not urls or not all(isinstance(u, str) and u.startswith(("http://", "https://")) for u in urls):
@@ -101,7 +103,9 @@ class RemoteEngine(RemoteImageEmbedding):
             raise ValueError(f"batch_size={batch_size} and max_in_flight={max_in_flight} must be at least 1.")
         self.model = str(model)
         self.truncate = check_truncate(truncate)
-        self.options = EngineOptions(**options)
+        if options is not None and engine_options:
+            raise ValueError(f"{', '.join(engine_options)} cannot be given beside options=EngineOptions(...).")
+        self.options = options if options is not None else EngineOptions(**engine_options)
         self._replicas = Replicas(
             urls,
             api_key=api_key if api_key is not None else os.environ.get("RBLN_API_KEY"),
@@ -345,7 +349,7 @@ class RemoteEngine(RemoteImageEmbedding):
     async def _score_template(
         self, query: str, documents: Iterable[str], *, family: ModelFamily, instruction: str | None, truncate: Truncate
     ) -> list[float]:
-        """A template reranker's P(yes) (Qwen3-Reranker's) from the server's /score route, which puts the query, each
+        """A template reranker's P(yes) from the server's /score route, which puts the query, each
         document and the instruction in the family's template as the local engine does."""
         cut = self._truncation(family, truncate)
         return await self._served_scores(

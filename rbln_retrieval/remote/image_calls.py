@@ -23,7 +23,7 @@ import numpy as np
 
 from rbln_retrieval.engines.requests import EmbedRequest
 from rbln_retrieval.models.families import ModelFamily
-from rbln_retrieval.models.multimodal import texts_only
+from rbln_retrieval.models.specs.image_text import texts_only
 from rbln_retrieval.remote.calls import ClientLoop
 from rbln_retrieval.results.finite import check_finite
 from rbln_retrieval.results.ranking import rank

@@ -30,7 +30,7 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from rbln_retrieval.models.families import ModelFamily
-from rbln_retrieval.models.multimodal import texts_only
+from rbln_retrieval.models.specs.image_text import texts_only
 from rbln_retrieval.server.check import Refused
 from rbln_retrieval.text.images import MAX_PIXELS, load_image
 

@@ -32,13 +32,13 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from rbln_retrieval import backend
-from rbln_retrieval.engines.options import EngineOptions
+from rbln_retrieval.engines.options import EngineOptions, LocalModel, local_model
 from rbln_retrieval.engines.protocol import OUTPUTS_PATH, QUANTIZED_EMBED_PATH
 from rbln_retrieval.local.device import resolve_device
 from rbln_retrieval.local.engine_args import cpu_threads_env
-from rbln_retrieval.models.families import ModelFamily, check_remote_code, detect_family
-from rbln_retrieval.models.files import check_weights, weights_fingerprint
-from rbln_retrieval.models.source import SOURCE_ARGS, ModelSource
+from rbln_retrieval.models.families import ModelFamily
+from rbln_retrieval.models.files import weights_fingerprint
+from rbln_retrieval.models.source import SOURCE_ARGS
 from rbln_retrieval.quiet import quiet_vllm
 from rbln_retrieval.server.limits import Limits
 
@@ -97,27 +97,16 @@ def describe(
     }
 
 
-def _served_model(model: str, options: dict[str, Any]) -> tuple[ModelSource, EngineOptions, ModelFamily]:
-    """The resolved snapshot, the engine options and the family ``model`` is served with."""
-    options = dict(options)
-    source_args = {name: options.pop(name) for name in SOURCE_ARGS if name in options}
-    opts = EngineOptions(**options)
-    source = opts.resolve_source(model, **source_args)
-    family = detect_family(source.path, max_length=opts.max_length, family=opts.family)
-    check_remote_code(source.path, family, trust_remote_code=opts.trust_remote_code)
-    return source, opts, family
-
-
 @dataclasses.dataclass(frozen=True)
 class ServerSetup:
     """What a server of one model runs: its frontend arguments (vLLM's parsed serve arguments: ``model``,
     ``served_model_name``, host, port, TLS, ...), the backend target (None: stock), the body of GET DESCRIBE_PATH
-    and the PoolingEngine's options (vLLM engine options after `--` among its ``engine_kwargs``)."""
+    and the PoolingEngine's resolved model (vLLM engine options after `--` among its options' ``engine_kwargs``)."""
 
     args: argparse.Namespace
     target: str | None
     description: dict[str, Any]
-    engine_options: dict[str, Any]
+    engine: LocalModel
 
 
 def server_args(
@@ -149,8 +138,10 @@ def server_setup(
     """What a server of ``model`` runs under ``limits``; ``vllm_args`` are vLLM's serve options (``--ssl-certfile
     F``, ``--uvicorn-log-level warning``, ``--max-num-seqs N``, ...). vLLM's platform in this process is resolved
     here, under the target's plugin scope, before the first vLLM import (backend.pin_platform)."""
-    source, opts, family = _served_model(model, options)
-    check_weights(source.path, allow_pickle=opts.allow_pickle)
+    options = dict(options)
+    source_args = {name: options.pop(name) for name in SOURCE_ARGS if name in options}
+    resolved = local_model(model, EngineOptions(**options), **source_args)
+    source, opts, family = resolved.source, resolved.options, resolved.family
     device = resolve_device(opts.device)
     target = opts.target(device)
     backend.pin_platform(target)  # before anything below imports vLLM
@@ -189,9 +180,12 @@ def server_setup(
     }.items():
         setattr(args, name, value)
     # The server's engine runs in its own process: its death is seen (ENGINE_DIED), never shared with the server.
-    engine_options = {"in_process": False, **options, "engine_kwargs": engine_kwargs}
+    in_process = {} if "in_process" in opts.model_fields_set else {"in_process": False}
+    engine = dataclasses.replace(
+        resolved, options=opts.model_copy(update={**in_process, "engine_kwargs": engine_kwargs})
+    )
     description = describe(source.name, family, limits, weights_fingerprint(source.path))
-    return ServerSetup(args, target, description, engine_options)
+    return ServerSetup(args, target, description, engine)
 
 
 def _refuse_vllm_args(message: str) -> NoReturn:
@@ -258,18 +252,18 @@ def _refuse_twice_served(names: list[str], setups: list[ServerSetup]) -> None:
 def _start_named(model: str, setup: ServerSetup, *, several: bool) -> Any:
     """start_engine, its failure naming the model when the server has several."""
     try:
-        return start_engine(model, setup)
+        return start_engine(setup)
     except Exception as error:
         if not several:
             raise
         raise ValueError(f"The model {model} did not start, so the server stops: {error}") from error
 
 
-def start_engine(model: str, setup: ServerSetup) -> Any:
+def start_engine(setup: ServerSetup) -> Any:
     """The PoolingEngine a server of ``setup`` runs."""
     from rbln_retrieval.local.engine import PoolingEngine
 
-    return PoolingEngine(model, **setup.engine_options)
+    return PoolingEngine(setup.engine)
 
 
 def build_served_app(engines: Any, setups: Any, limits: Limits) -> Any:

@@ -111,7 +111,7 @@ def embed_windows(tokenizer: PromptTokenizer, prefix: str, chunk: Chunk) -> Wind
 
 def score_windows(tokenizer: PromptTokenizer, model: str, query: str, instruction: str | None, chunk: Chunk) -> Windows:
     """Windows for scoring documents against ``query`` the way the family scores: cosine, the documents' embedding
-    windows; a cross-encoder, the (query, window) pair; Qwen3-Reranker, its template around the pair."""
+    windows; a cross-encoder, the (query, window) pair; a template reranker, its template around the pair."""
     family, hf = tokenizer.family, tokenizer.hf
     method = score_method(family, model, instruction)
     if method.embeds:

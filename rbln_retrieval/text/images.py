@@ -1,4 +1,4 @@
-"""Caller images -> checked RGB PIL images, the input step of image-text models (models/multimodal.py).
+"""Caller images -> checked RGB PIL images, the input step of image-text models (models/specs/image_text.py).
 
 An image is a PIL image, a file path as ``pathlib.Path`` (any ``os.PathLike``), the encoded bytes of a file
 (``bytes``, ``bytearray``, ``memoryview``) or a binary file object (``io.BytesIO``). A ``str`` is never guessed to
@@ -6,7 +6,7 @@ be a path (nor a URL): it is refused, so a caller who meant a caption gets an er
 image is decoded in full here, so a file that is not an image, a truncated one, one over ``MAX_PIXELS`` or one whose
 mode has no RGB meaning is refused in one sentence naming it, before the engine (or a server, to which
 ``encoded_image`` gives the bytes to send) sees any of the call. RGB conversion is transformers' own
-``convert_to_rgb``, the step CLIP's and SigLIP's processors start with (``do_convert_rgb``); resizing and
+``convert_to_rgb``, the step the image-text families' processors start with (``do_convert_rgb``); resizing and
 normalisation are left to the model's own processor, which vLLM runs.
 
 Imports: nothing of the package; PIL and transformers (deferred).
@@ -26,7 +26,7 @@ from typing import Any
 # shrinks every image to a few hundred pixels a side, so a bigger one is almost surely a mistake or an attack.
 MAX_PIXELS = 50_000_000
 # Modes whose pixels have no defined meaning as 8-bit RGB (16-bit and 32-bit integer, float): converting them would
-# clip silently, so they are refused.
+# saturate values silently, so they are refused.
 _NO_RGB_MODES = ("I", "F", "I;16", "I;16B", "I;16L", "I;16N")
 CHUNK_SIZE = 256
 

@@ -19,8 +19,8 @@ def _check_instruction(instruction: object) -> None:
 
 
 def embed_prefix(family: ModelFamily, model: str, kind: str, instruction: str | None) -> str:
-    """The text placed before each text of ``kind``; ``instruction`` overrides the model's own prompt (for
-    Qwen3-Embedding and EmbeddingGemma queries it is the task put into the family's query template)."""
+    """The text placed before each text of ``kind``; ``instruction`` overrides the model's own prompt (for the
+    queries of a family with a query template it is the task put into that template)."""
     if family.is_cross_encoder:
         raise ValueError(f"{model} is a reranker ({family.name}); it scores pairs and cannot embed.")
     if kind not in ("document", "query"):

@@ -103,10 +103,10 @@ class PromptTokenizer:
         return cut
 
     def _text_tokens(self, ids: list[list[int]]) -> list[Tokens]:
-        if self.family.text_suffix:  # after truncation, which never cuts it (ColPali's query suffix)
+        if self.family.text_suffix:  # after truncation, which never cuts it (the family's query suffix)
             suffix = self.hf(self.family.text_suffix, add_special_tokens=False)["input_ids"]
             ids = [row + suffix for row in ids]
-        if self.family.pad_text_to_max_length:  # SigLIP pools the last position of a text padded to its length
+        if self.family.pad_text_to_max_length:  # the family pools the last position of a text padded to its length
             pad = self.hf.pad_token_id
             return [Tokens(row + [pad] * (self.max_length - len(row))) for row in ids]
         return [Tokens(i) for i in ids]
@@ -162,7 +162,7 @@ class PromptTokenizer:
         return [Tokens(ids, type_ids[pos] if type_ids else None) for pos, ids in enumerate(enc["input_ids"])]
 
     def encode_template(self, pairs: list[str], truncate: str = "end", *, first_index: int = 0) -> list[Tokens]:
-        """A template reranker's recipe (Qwen3-Reranker's): the family template's fixed prefix and suffix tokens
+        """A template reranker's recipe: the family template's fixed prefix and suffix tokens
         around each truncated pair text (rbln_retrieval.text.prompts.template_pairs)."""
         hf = self._for(truncate)
         template = pair_template(self.family)

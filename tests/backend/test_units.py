@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import itertools
+import json
 import os
+import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,10 +16,13 @@ import torch.nn.functional as F
 from tolerances import FP32_ACROSS_KERNELS, rounding_bound
 
 from rbln_retrieval import backend
+from rbln_retrieval.backend import config as config_module
 from rbln_retrieval.backend.config import BundledConfig, RunnerSettings, engine_overrides
 from rbln_retrieval.backend.graph.pooling import pooling_weights
 from rbln_retrieval.backend.step.buckets import derive_buckets
 from rbln_retrieval.backend.step.packing import choose_budget, pack_front
+
+PACKAGE = Path(__file__).resolve().parents[2] / "rbln_retrieval"
 
 
 def test_plugin_is_off_unless_an_engine_activates_it(monkeypatch):
@@ -74,7 +81,7 @@ def test_engine_overrides_turn_context_off_and_key_the_cache():
     )
     assert kw["enable_chunked_prefill"] is False and kw["enable_prefix_caching"] is False
     assert kw["enforce_eager"] is True and kw["max_num_batched_tokens"] == 4096
-    bundled = BundledConfig(**{**kw["additional_config"]["rbln_retrieval"]})
+    bundled = BundledConfig.from_fields(kw["additional_config"]["rbln_retrieval"])
     # Upstream vllm-rbln's prefill as bench/upstream_prefill.py asks for it: one bucket of max_length tokens.
     upstream = engine_overrides(
         target="host",
@@ -87,12 +94,38 @@ def test_engine_overrides_turn_context_off_and_key_the_cache():
     assert upstream["max_num_batched_tokens"] == 256 and upstream["additional_config"]["rbln_retrieval"]["buckets"] == [
         256
     ]
-    other = BundledConfig(**upstream["additional_config"]["rbln_retrieval"])
+    other = BundledConfig.from_fields(upstream["additional_config"]["rbln_retrieval"])
     assert bundled.cache_dir() != other.cache_dir() and bundled.cache_dir().name.startswith("minilm-")
     with pytest.raises(ValueError, match="Unknown bundled-runner settings"):
         engine_overrides(
             target="host", max_length=256, model="m", dtype="auto", strict_shapes=False, user={"bucket": 1}
         )
+
+
+def test_the_bundled_config_crosses_to_the_engine_core_typed_and_is_made_in_one_place():
+    kw = engine_overrides(
+        target="host", max_length=256, model="m", dtype="float32", strict_shapes=True, user={"kernels": "static"}
+    )
+    wire = kw["additional_config"]["rbln_retrieval"]
+    assert json.loads(json.dumps(wire)) == wire, "only JSON types cross in additional_config"
+    bundled = BundledConfig.from_fields(wire)
+    assert isinstance(bundled.buckets, tuple) and isinstance(bundled.rows, tuple) and bundled.rows
+    assert bundled.to_fields() == wire and BundledConfig.from_fields(bundled.to_fields()) == bundled
+    with pytest.raises(ValueError, match=r"^Unknown bundled-config fields \['one_request_per_step'\] in "):
+        BundledConfig.from_fields({**wire, "one_request_per_step": True})
+    # Every stage of the engine-core process asks for it; it is decoded once.
+    vllm_config = types.SimpleNamespace(additional_config=kw["additional_config"])
+    config_module._decoded.cache_clear()
+    assert all(BundledConfig.from_vllm_config(vllm_config) == bundled for _ in range(6))
+    assert config_module._decoded.cache_info().misses == 1
+    # The package makes a BundledConfig in one place: from_fields (as cls(...)); no call names the class.
+    made = [
+        f"{path.relative_to(PACKAGE)}:{node.lineno}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "BundledConfig"
+    ]
+    assert made == [], made
 
 
 def test_runner_settings_refuse_a_bad_value_in_one_sentence_naming_it():

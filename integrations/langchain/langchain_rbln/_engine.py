@@ -8,7 +8,7 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 
-from rbln_retrieval import ModelFamily, detect_family
+from rbln_retrieval import ModelFamily
 from rbln_retrieval.frameworks.connect import EngineHandle
 from rbln_retrieval.frameworks.settings import ENGINE_SETTINGS, EngineSettings
 
@@ -43,8 +43,9 @@ class RBLNEngineModel(EngineSettings):
         super().__init__(**data)
         # Outside pydantic's validation, so core errors (ModelNotSupportedError...) reach the caller unwrapped.
         handle = self._claim(self.model)
-        if self.base_url is None:  # the resolved snapshot's family, checked before an engine starts
-            self._check_family(detect_family(handle.spec.model.path, max_length=self.max_length, family=self.family))
+        family = handle.spec.family  # the resolved snapshot's, read once by get_engine; None for a remote model
+        if family is not None:  # checked before an engine starts
+            self._check_family(family)
         handle.engine  # noqa: B018 - start (or join) the engine now, so a bad model fails here
         self._engine = handle
 

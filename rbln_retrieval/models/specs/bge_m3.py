@@ -32,4 +32,5 @@ SPEC = FamilySpec(
     outputs=OUTPUTS,
     maxsim_reduction="mean",
     loads_pickle_heads=True,
+    head_files=BGE_M3_HEADS,
 )

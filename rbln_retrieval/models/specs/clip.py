@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from rbln_retrieval.errors import ModelNotSupportedError
-from rbln_retrieval.models.multimodal import tower_fields
 from rbln_retrieval.models.spec import Checkpoint, FamilySpec
+from rbln_retrieval.models.specs.image_text import tower_fields
 
 ARCH = "CLIPModel"
 

@@ -8,13 +8,33 @@ Imports: errors, models (files, spec).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rbln_retrieval.errors import ModelNotSupportedError
-from rbln_retrieval.models.files import colbert_dim, is_pylate
+from rbln_retrieval.models.files import is_pylate
 from rbln_retrieval.models.spec import Checkpoint, FamilySpec, Scoring
 
 ARCHS = frozenset({"HF_ColBERT"})
+PROJECTION = "linear.weight"  # the projection's tensor in the safetensors file
+
+
+def _token_width(model_dir: Path, config: dict[str, Any]) -> int:
+    """Width of the token vectors: the config's, where it names one (as vLLM reads it), else the projection's rows."""
+    if dim := config.get("colbert_dim") or config.get("dim") or config.get("projection_dim"):
+        return int(dim)
+    from safetensors import SafetensorError, safe_open
+
+    for path in sorted(model_dir.glob("*.safetensors")):
+        try:
+            with safe_open(path, framework="numpy") as weights:
+                if PROJECTION in weights.keys():  # noqa: SIM118 - safe_open is not a mapping
+                    return int(weights.get_slice(PROJECTION).get_shape()[0])
+        except (SafetensorError, OSError):
+            continue  # unreadable files are named by check_weights/unreadable_weights at engine start
+    raise ModelNotSupportedError(
+        f"{model_dir} is an HF_ColBERT checkpoint without its projection: no {PROJECTION!r} in its safetensors."
+    )
 
 
 def _detect(ckpt: Checkpoint) -> bool:
@@ -33,7 +53,7 @@ def _preset(ckpt: Checkpoint) -> dict[str, Any]:
     return {
         **ckpt.common(),
         "uses_token_type_ids": ckpt.uses_token_type_ids,
-        "hidden_size": colbert_dim(ckpt.path, ckpt.config),
+        "hidden_size": _token_width(ckpt.path, ckpt.config),
     }
 
 

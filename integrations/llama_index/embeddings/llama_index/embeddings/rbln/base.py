@@ -10,7 +10,6 @@ import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr, field_validator
 
-from rbln_retrieval import detect_family
 from rbln_retrieval.frameworks.connect import EmbedOptions
 from rbln_retrieval.frameworks.settings import ENGINE_SETTINGS, EngineSettings
 from rbln_retrieval.models.source import DEFAULT_EMBEDDING_MODEL
@@ -92,10 +91,9 @@ class RBLNEmbedding(EngineSettings, BaseEmbedding):
         super().__init__(model_name=DEFAULT_EMBEDDING_MODEL if model_name is None else model_name, **kwargs)
         # Checked before an engine starts; a remote server checks its own model.
         handle = self._claim(self.model_name)
-        if self.base_url is None:  # the resolved snapshot's family, checked before an engine starts
-            family = detect_family(handle.spec.model.path, max_length=self.max_length, family=self.family)
-            if family.is_cross_encoder:
-                raise ValueError(f"{self.model_name} is a reranker, which scores pairs; use RBLNReranker for it.")
+        family = handle.spec.family  # the resolved snapshot's, read once by get_engine; None for a remote model
+        if family is not None and family.is_cross_encoder:
+            raise ValueError(f"{self.model_name} is a reranker, which scores pairs; use RBLNReranker for it.")
         handle.engine  # noqa: B018 - start (or join) the engine now, so a bad model fails here
         self._engine = handle
 

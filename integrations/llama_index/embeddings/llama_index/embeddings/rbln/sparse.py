@@ -9,7 +9,6 @@ from llama_index.core.base.embeddings.base_sparse import BaseSparseEmbedding, Sp
 from llama_index.core.bridge.pydantic import Field, PrivateAttr, field_validator
 
 from llama_index.embeddings.rbln.base import DEFAULT_RBLN_EMBED_BATCH_SIZE
-from rbln_retrieval import detect_family
 from rbln_retrieval.frameworks.connect import EmbedOptions
 from rbln_retrieval.frameworks.settings import ENGINE_SETTINGS, EngineSettings
 from rbln_retrieval.models.source import DEFAULT_SPARSE_MODEL
@@ -54,8 +53,8 @@ class RBLNSparseEmbedding(EngineSettings, BaseSparseEmbedding):
     def __init__(self, model_name: str | os.PathLike[str] | None = None, **kwargs: Any):
         super().__init__(model_name=DEFAULT_SPARSE_MODEL if model_name is None else model_name, **kwargs)
         handle = self._claim(self.model_name)
-        if self.base_url is None:  # refuse a model without a sparse head before an engine starts
-            family = detect_family(handle.spec.model.path, max_length=self.max_length, family=self.family)
+        family = handle.spec.family  # the resolved snapshot's, read once by get_engine; None for a remote model
+        if family is not None:  # refuse a model without a sparse head before an engine starts
             check_outputs("sparse", family=family.name, model=self.model_name)
         handle.engine  # noqa: B018 - start (or join) the engine now, so a bad model fails here
         self._engine = handle
