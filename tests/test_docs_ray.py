@@ -14,7 +14,8 @@ pytestmark = pytest.mark.ray
 
 
 @pytest.mark.parametrize("snippet", params({"ray"}))
-def test_snippet_runs_on_ray(snippet: Snippet, docs_hub, ray_cluster):
+def test_snippet_runs_on_ray(snippet: Snippet, docs_hub, request):
+    request.getfixturevalue("ray_cluster")  # after docs_hub: the cluster's processes inherit its HF_HUB_CACHE
     try:
         run(snippet, snippet.code.replace("8000", str(free_port())))
     finally:
