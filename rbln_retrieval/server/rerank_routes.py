@@ -1,6 +1,6 @@
 """Jina's (and vLLM's) rerank routes: /v1/rerank and /rerank rank ``documents`` (texts, or ``{"text"}`` objects)
 against ``query``, best first, ``top_n`` of them, with ``usage``. /rerank is also TEI's: a body with ``texts`` instead
-of ``documents`` is TEI's request and gets TEI's answer (tei_routes.rerank).
+of ``documents`` is TEI's request and gets TEI's answer (tei_routes.rerank), on either route, as the schema declares.
 
 Imports: server (check, engine_calls, openai_routes, responses, routes, tei_routes), text (inputs); pydantic.
 """
@@ -73,6 +73,6 @@ async def rerank(context: Context, request: RerankRequest) -> Any:
 
 RerankAnswer = answers.JinaRanking | list[answers.Rank]
 ROUTES = (
-    Route("/v1/rerank", "POST", "openai", RerankRequest, rerank, "ascore, ranked", answers.JinaRanking),
+    Route("/v1/rerank", "POST", "openai", RerankRequest, rerank, "ascore, ranked", RerankAnswer),
     Route("/rerank", "POST", "openai", RerankRequest, rerank, "ascore, ranked (TEI's body: tei /rerank)", RerankAnswer),
 )
