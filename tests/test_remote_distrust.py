@@ -114,7 +114,7 @@ def test_a_score_that_is_not_a_number_is_refused_naming_the_replica():
         with RemoteEngine("e5-fake", base_url=server.url) as remote, pytest.raises(UntrustedAnswerError) as failure:
             remote.rerank("q", ["a", "b", "c"])
     assert one_sentence(failure.value) == (
-        f"{server.url}/score answered '0.9' as the score of input 2, not a finite number, so its answer is refused."
+        f"{server.url}/score answered '0.9' as the score of input 2, not a number, so its answer is refused."
     )
 
 
