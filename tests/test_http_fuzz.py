@@ -167,7 +167,11 @@ def fuzz(server: Server, trap: Trap, mode: str, with_key: bool) -> list[str]:
 def run_cases(server: Server, trap: Trap, operation: Any, mode: str, with_key: bool, failures: list[str]) -> None:
     from schemathesis import GenerationMode
     from schemathesis.core.failures import Failure, FailureGroup
-    from schemathesis.specs.openapi.checks import content_type_conformance, response_schema_conformance
+    from schemathesis.specs.openapi.checks import (
+        content_type_conformance,
+        response_schema_conformance,
+        status_code_conformance,
+    )
 
     if mode == "negative" and not (list(operation.body) or list(operation.query)):
         return  # nothing to send that could break the schema: the positive cases cover the route
@@ -195,11 +199,12 @@ def run_cases(server: Server, trap: Trap, operation: Any, mode: str, with_key: b
             failures.append(f"{label} without the key: {response.status_code}, not 401")
         elif with_key and response.status_code >= 400 and not refusal_sentence(response):
             failures.append(f"{label}: {response.status_code} without one sentence: {response.text[:300]!r}")
-        elif with_key:
+        else:
+            checks = [status_code_conformance, content_type_conformance, response_schema_conformance]
             try:
-                case.validate_response(response, checks=[response_schema_conformance, content_type_conformance])
+                case.validate_response(response, checks=checks)
             except (Failure, FailureGroup) as failure:
-                failures.append(f"{label}: response off its schema: {str(failure)[:400]}")
+                failures.append(f"{label}: {response.status_code} off its schema: {str(failure)[:400]} for {sent}")
         if trap.hits or open_connections(server):
             failures.append(f"{label}: a connection out ({trap.hits}, {open_connections(server)}) for {sent}")
             trap.hits.clear()

@@ -172,7 +172,39 @@ def test_a_redirect_to_a_private_address_is_refused_at_its_hop(clip_family, monk
     check = MediaCheck(["images.example", "metadata.internal"], resolver=addresses.__getitem__)
     with pytest.raises(Refused, match=r"^images\[0\]'s host metadata.internal resolves to 169.254.169.254"):
         check.images([("images[0]", "http://images.example/cat.png")], family=clip_family, model="clip")
-    assert fetched == ["http://images.example/cat.png"]
+    assert fetched == ["http://93.184.216.34/cat.png"]
+
+
+def test_an_allowed_domain_is_resolved_once_and_fetched_from_the_address_checked(clip_family, monkeypatch):
+    """DNS rebinding: the name resolves to a public address when checked and to loopback on any later lookup. The
+    fetch connects to the address checked (the client never resolves the name), keeping the name in the Host header
+    and the TLS server name; a redirect's hop is resolved and pinned the same way."""
+    png = png_bytes(sample_images(1)[0])
+    sent = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append((str(request.url), request.headers["host"], request.extensions.get("sni_hostname")))
+        if request.url.path == "/cat.png":
+            return httpx.Response(302, headers={"location": "https://cdn.example/c.png"})
+        return httpx.Response(200, content=png)
+
+    real = httpx.Client
+    monkeypatch.setattr(httpx, "Client", lambda **kw: real(transport=httpx.MockTransport(handler), **kw))
+    answers = {"images.example": [["93.184.216.34"], ["127.0.0.1"]], "cdn.example": [["2606:2800:220:1::1"], ["::1"]]}
+    lookups = []
+
+    def rebinding(host: str) -> list[str]:
+        lookups.append(host)
+        return answers[host].pop(0)
+
+    check = MediaCheck(["images.example", "cdn.example"], resolver=rebinding)
+    (image,) = check.images([("images[0]", "https://images.example:8443/cat.png")], family=clip_family, model="c")
+    assert image.size == sample_images(1)[0].size
+    assert lookups == ["images.example", "cdn.example"]
+    assert sent == [
+        ("https://93.184.216.34:8443/cat.png", "images.example:8443", "images.example"),
+        ("https://[2606:2800:220:1::1]/c.png", "cdn.example", "cdn.example"),
+    ]
 
 
 async def test_images_to_a_text_model_and_urls_in_cohere_embed_are_refused(embedder):

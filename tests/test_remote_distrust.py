@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import base64
 import json
+import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
 from http_fakes import E5_FAMILY, FakeModelServer, described, vector_of
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from rbln_retrieval.engines.protocol import QUANTIZED_EMBED_PATH
 from rbln_retrieval.remote import RemoteEngine, ReplicaMismatchError, replicas
-from rbln_retrieval.remote.replicas import UntrustedAnswerError
+from rbln_retrieval.remote.replicas import RemoteError, UntrustedAnswerError
+from rbln_retrieval.results.finite import NonFiniteResultError
 from rbln_retrieval.server.cost import TOKEN_BYTES, request_cost
 
 CROSS = {**E5_FAMILY, "name": "cross-encoder", "hidden_size": 0, "query_prompt": "", "document_prompt": ""}
@@ -161,3 +166,79 @@ def test_a_long_query_with_many_documents_is_split_as_the_server_counts_it():
     sent = [json.dumps({"model": "e5-fake", **body}).encode() for body in server.bodies]
     assert len(sent) > 5 and sorted(d for body in server.bodies for d in body["documents"]) == documents
     assert all(request_cost("/score", body).tokens <= 2000 for body in sent), [len(b) // TOKEN_BYTES for b in sent]
+
+
+# -- any answer at all ---------------------------------------------------------------------------------------------
+KEYS = ["data", "index", "embedding", "score", "dtype", "model", "object"]
+JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=8)
+    | st.sampled_from(["AAAAAA==", "", 10**400, -(2**64)]),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=4), inner),
+    max_leaves=12,
+)
+
+
+def edit_of(where: str, key: str, row: int, value: Any) -> Callable[[str, dict[str, Any]], Any]:
+    """An edit of a true answer: the whole answer replaced by ``value``, its ``key``, or ``key`` of its ``row``."""
+
+    def edit(path: str, answer: dict[str, Any]) -> Any:
+        if where == "answer":
+            return value
+        if where == "key":
+            return {**answer, key: value}
+        answer["data"][row][key] = value
+        return answer
+
+    return edit
+
+
+def distrusted(call: Callable[[], Any]) -> Any:
+    """``call``'s result, or None when it raised what a lying server may cause: UntrustedAnswerError, a refusal of
+    a non-finite result, or another one-sentence RemoteError; anything else fails the test."""
+    try:
+        return call()
+    except (UntrustedAnswerError, NonFiniteResultError, RemoteError) as error:
+        one_sentence(error)
+        return None
+
+
+@pytest.fixture(scope="module")
+def fake_servers():
+    quantizing = {**described(), "quantized_embeddings": QUANTIZED_EMBED_PATH}
+    with (
+        FakeModelServer(quantizing) as embedder,
+        FakeModelServer(described(CROSS)) as scorer,
+        RemoteEngine("e5-fake", base_url=embedder.url, max_retries=0) as embeds,
+        RemoteEngine("e5-fake", base_url=scorer.url, max_retries=0) as scores,
+    ):
+        yield embedder, scorer, embeds, scores
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(where=st.sampled_from(["answer", "key", "row"]), key=st.sampled_from(KEYS), row=st.integers(0, 2), value=JSON)
+@example(where="row", key="score", row=1, value=10**400)  # no float holds it
+@example(where="row", key="score", row=0, value=float("nan"))
+@example(where="row", key="embedding", row=2, value=base64.b64encode(np.full(4, np.inf, "<f4").tobytes()).decode())
+@example(where="row", key="index", row=0, value=True)
+def test_any_answer_gives_a_correct_result_or_a_one_sentence_refusal(fake_servers, where, key, row, value):
+    """Arbitrary JSON in place of a true answer, or of a part of it: RemoteEngine returns rows of the width and
+    dtype asked, all finite, in input order, or raises one sentence; never another exception."""
+    embedder, scorer, embeds, scores = fake_servers
+    embedder.edit = scorer.edit = edit_of(where, key, row, value)
+    texts = ["a", "b b", "c c c"]
+    vectors = distrusted(lambda: embeds.embed(texts))
+    if vectors is not None:
+        assert vectors.shape == (3, 4) and vectors.dtype == np.float32 and np.isfinite(vectors).all()
+    codes = distrusted(lambda: embeds.embed(texts, precision="uint8", ranges=[[0.0] * 4, [100.0] * 4]))
+    if codes is not None:
+        assert codes.shape == (3, 4) and codes.dtype == np.uint8
+    values = distrusted(lambda: scores.score("q", texts))
+    if values is not None:
+        assert len(values) == 3 and all(isinstance(v, float) and math.isfinite(v) for v in values)
+    ranked = distrusted(lambda: scores.rerank("q", texts))
+    if ranked is not None:
+        assert sorted(index for index, _ in ranked) == [0, 1, 2]

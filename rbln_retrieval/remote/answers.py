@@ -2,7 +2,7 @@
 
 A pooling answer's ``data`` holds one row per input, each index 0..n-1 exactly once; a vector row is base64 of the
 width and dtype the call asked for (float32, or the quantized dtype of the precision asked, never the dtype the
-server names); a score is a number. Anything else raises BadAnswer with a phrase that
+server names); a score is a number a float holds. Anything else raises BadAnswer with a phrase that
 rbln_retrieval.remote.replicas turns into one sentence naming the replica. Values are then checked finite where
 every result is in (rbln_retrieval.results.finite), so NonFiniteResultError names the input in the whole call.
 
@@ -82,7 +82,20 @@ def score_rows(answer: Any, count: int, field: str) -> list[float]:
         value = row.get(field)
         if field == "probs":
             value = value[0] if isinstance(value, list) and value else None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise BadAnswer(f"{value!r} as the score of input {i}, not a number")
-        scores.append(float(value))
+        number = _number(value)
+        if number is None:
+            shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:40]}..."
+            raise BadAnswer(f"{shown} as the score of input {i}, not a number")
+        scores.append(number)
     return scores
+
+
+def _number(value: Any) -> float | None:
+    """``value`` as a float, or None (not a number, a bool, or an int no float holds); NaN and infinities pass, for
+    the finite check of the whole call to name their input."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return None

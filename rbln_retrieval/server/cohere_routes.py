@@ -13,7 +13,8 @@ an over-long text, START keeps its end, END (default) its start. /v2/rerank rank
 /v2/embed's ``texts`` or ``images`` with v1's answer: without ``embedding_types`` the float vectors as a list
 (``response_type`` embeddings_floats), with them v2's vectors by type.
 
-Imports: engines (requests), results (quantize), server (check, engine_calls, routes, served); numpy; pydantic.
+Imports: engines (requests), results (quantize), server (check, engine_calls, responses, routes,
+served); numpy; pydantic.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rbln_retrieval.engines.requests import Kind
 from rbln_retrieval.results.quantize import quantize_embeddings
+from rbln_retrieval.server import responses as answers
 from rbln_retrieval.server.check import Refused
 from rbln_retrieval.server.engine_calls import base64_float32, embed_texts, float_rows, scores, token_counts
 from rbln_retrieval.server.routes import Context, Route
@@ -185,7 +187,17 @@ def _check_max_tokens(served: Served, value: int | None) -> None:
 
 
 ROUTES = (
-    Route("/v2/embed", "POST", "cohere", EmbedRequest, embed, "aembed (query/document prompt), aembed_images"),
-    Route("/v1/embed", "POST", "cohere", EmbedV1Request, embed_v1, "as /v2/embed, v1's answer"),
-    Route("/v2/rerank", "POST", "cohere", RerankRequest, rerank, "ascore, ranked"),
+    Route(
+        "/v2/embed",
+        "POST",
+        "cohere",
+        EmbedRequest,
+        embed,
+        "aembed (query/document prompt), aembed_images",
+        answers.CohereEmbeddings,
+    ),
+    Route(
+        "/v1/embed", "POST", "cohere", EmbedV1Request, embed_v1, "as /v2/embed, v1's answer", answers.CohereV1Embeddings
+    ),
+    Route("/v2/rerank", "POST", "cohere", RerankRequest, rerank, "ascore, ranked", answers.CohereRanking),
 )

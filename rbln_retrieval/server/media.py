@@ -11,7 +11,10 @@ Remote media is not fetched: an http(s) URL is refused in one sentence and no co
 was started with ``allowed_domains`` naming the URL's host. Then the server fetches it itself (never vLLM's media
 connector), without following redirects blindly: every hop's host must be an allowed domain whose addresses are all
 public (loopback, private, link-local, multicast and reserved addresses are refused), at most MAX_REDIRECTS hops, at
-most MAX_FETCH_BYTES read. Any other scheme (``file:``, ...) is always refused: the server never reads what a request
+most MAX_FETCH_BYTES read. Each hop's host is resolved once and the connection goes to the address checked, with the
+host name kept in the Host header and the TLS server name (so its certificate is verified for the name): a name that
+resolves to a public address when checked and to a private one when connecting (DNS rebinding) reaches only the
+public one. Any other scheme (``file:``, ...) is always refused: the server never reads what a request
 points at. A text model's server refuses images in one sentence.
 
 Imports: models (families, multimodal), server (check), text (images); httpx inside the fetch; the standard library.
@@ -97,8 +100,13 @@ class MediaCheck:
 
         with httpx.Client(follow_redirects=False, timeout=FETCH_TIMEOUT_SECONDS, trust_env=False) as client:
             for _ in range(MAX_REDIRECTS + 1):
-                self._check_target(url, name)
-                with client.stream("GET", url) as response:
+                address = self._check_target(url, name)
+                target = httpx.URL(url)
+                pinned = target.copy_with(host=address)
+                headers = {"Host": target.netloc.decode("ascii")}
+                with client.stream(
+                    "GET", pinned, headers=headers, extensions={"sni_hostname": target.host}
+                ) as response:
                     if response.is_redirect:
                         url = urljoin(url, response.headers.get("location", ""))
                         continue
@@ -112,8 +120,9 @@ class MediaCheck:
                     return bytes(data)
         raise Refused(f"{name}'s URL redirects more than {MAX_REDIRECTS} times.")
 
-    def _check_target(self, url: str, name: str) -> None:
-        """Refuse a hop whose scheme, host or any of its addresses the policy does not allow."""
+    def _check_target(self, url: str, name: str) -> str:
+        """The address to connect to for a hop, once its scheme, host and every address of the host (resolved
+        here, once) are allowed; else Refused."""
         parts = urlsplit(url)
         host = (parts.hostname or "").lower()
         if parts.scheme not in ("http", "https"):
@@ -130,6 +139,7 @@ class MediaCheck:
                     f"{name}'s host {host} resolves to {ip}, a loopback, private, link-local or reserved address, "
                     "which the server never fetches from."
                 )
+        return addresses[0].split("%")[0]
 
 
 def _refuse_url(name: str, scheme: str) -> bytes:

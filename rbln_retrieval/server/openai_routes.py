@@ -11,7 +11,7 @@ naming it. /score and /v1/score give one score per document for ``queries`` (one
 the ``instruction`` of the models that take one (Qwen3-Reranker: RemoteEngine sends its query and documents, the
 engine puts them in the model's template).
 
-Imports: models, server (check, engine_calls, routes, served).
+Imports: models, server (check, engine_calls, responses, routes, served).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rbln_retrieval.server import responses as answers
 from rbln_retrieval.server.check import Refused
 from rbln_retrieval.server.engine_calls import (
     base64_float32,
@@ -186,8 +187,16 @@ async def score(context: Context, request: ScoreRequest) -> dict[str, Any]:
 
 
 ROUTES = (
-    Route("/v1/embeddings", "POST", "openai", EmbeddingsRequest, embeddings, "aembed (texts as given), aembed_images"),
-    Route("/v1/models", "GET", "openai", None, models, "the served models"),
-    Route("/score", "POST", "openai", ScoreRequest, score, "ascore"),
-    Route("/v1/score", "POST", "openai", ScoreRequest, score, "ascore"),
+    Route(
+        "/v1/embeddings",
+        "POST",
+        "openai",
+        EmbeddingsRequest,
+        embeddings,
+        "aembed (texts as given), aembed_images",
+        answers.Embeddings,
+    ),
+    Route("/v1/models", "GET", "openai", None, models, "the served models", answers.ModelList),
+    Route("/score", "POST", "openai", ScoreRequest, score, "ascore", answers.Scores),
+    Route("/v1/score", "POST", "openai", ScoreRequest, score, "ascore", answers.Scores),
 )

@@ -10,8 +10,8 @@ ColBERT multi-vectors, SPLADE sparse vectors, ColPali multi-vectors of page imag
 document prompt; none: the texts as given), ``normalize`` and ``truncate``; each row answers its outputs: dense as
 base64 float32, sparse as ``{"indices", "values"}``, multi_vector as ``{"shape", "data"}`` (base64 float32, row-major).
 
-Imports: engines (protocol, requests), results (quantize), server (check, engine_calls, openai_routes, routes);
-numpy; pydantic.
+Imports: engines (protocol, requests), results (quantize), server (check, engine_calls, openai_routes, responses,
+routes); numpy; pydantic.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict
 from rbln_retrieval.engines.protocol import DESCRIBE_PATH, OUTPUTS_PATH, QUANTIZED_EMBED_PATH
 from rbln_retrieval.engines.requests import Kind
 from rbln_retrieval.results.quantize import Precision
+from rbln_retrieval.server import responses as answers
 from rbln_retrieval.server.check import Refused
 from rbln_retrieval.server.engine_calls import base64_float32, embed_texts
 from rbln_retrieval.server.openai_routes import EmbeddingsRequest, vllm_truncation
@@ -117,7 +118,25 @@ def _wire(output: str, value: Any) -> Any:
 
 
 ROUTES = (
-    Route(DESCRIBE_PATH, "GET", "openai", None, describe, "the model's family, prompts, limits and weights"),
-    Route(QUANTIZED_EMBED_PATH, "POST", "openai", QuantizedRequest, quantized, "aembed(precision=...)"),
-    Route(OUTPUTS_PATH, "POST", "openai", OutputsRequest, outputs, "aembed(output=...), aembed_images(output=...)"),
+    Route(
+        DESCRIBE_PATH,
+        "GET",
+        "openai",
+        None,
+        describe,
+        "the model's family, prompts, limits and weights",
+        answers.Description | answers.Descriptions,
+    ),
+    Route(
+        QUANTIZED_EMBED_PATH, "POST", "openai", QuantizedRequest, quantized, "aembed(precision=...)", answers.Quantized
+    ),
+    Route(
+        OUTPUTS_PATH,
+        "POST",
+        "openai",
+        OutputsRequest,
+        outputs,
+        "aembed(output=...), aembed_images(output=...)",
+        answers.Outputs,
+    ),
 )

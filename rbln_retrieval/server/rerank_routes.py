@@ -1,8 +1,8 @@
 """Jina's (and vLLM's) rerank routes: /v1/rerank and /rerank rank ``documents`` (texts, or ``{"text"}`` objects)
 against ``query``, best first, ``top_n`` of them, with ``usage``. /rerank is also TEI's: a body with ``texts`` instead
-of ``documents`` is TEI's request and gets TEI's answer (tei_routes.rerank).
+of ``documents`` is TEI's request and gets TEI's answer (tei_routes.rerank), on either route, as the schema declares.
 
-Imports: server (check, engine_calls, openai_routes, routes, tei_routes), text (inputs); pydantic.
+Imports: server (check, engine_calls, openai_routes, responses, routes, tei_routes), text (inputs); pydantic.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rbln_retrieval.server import responses as answers
 from rbln_retrieval.server import tei_routes
 from rbln_retrieval.server.check import Refused
 from rbln_retrieval.server.engine_calls import scores, token_counts
@@ -70,7 +71,8 @@ async def rerank(context: Context, request: RerankRequest) -> Any:
     return {"id": uuid.uuid4().hex, "model": served.name, "results": results, "usage": {"total_tokens": tokens}}
 
 
+RerankAnswer = answers.JinaRanking | list[answers.Rank]
 ROUTES = (
-    Route("/v1/rerank", "POST", "openai", RerankRequest, rerank, "ascore, ranked"),
-    Route("/rerank", "POST", "openai", RerankRequest, rerank, "ascore, ranked (TEI's body: tei /rerank)"),
+    Route("/v1/rerank", "POST", "openai", RerankRequest, rerank, "ascore, ranked", RerankAnswer),
+    Route("/rerank", "POST", "openai", RerankRequest, rerank, "ascore, ranked (TEI's body: tei /rerank)", RerankAnswer),
 )

@@ -9,7 +9,7 @@ cohere_routes.py (Cohere v2), rerank_routes.py (Jina/vLLM rerank), own_routes.py
 quantized and token-level outputs); app.py gathers them into the table and adds the probes (/health, /ping,
 /metrics, /version).
 
-Imports: server (check, media, served); FastAPI and pydantic; the standard library.
+Imports: server (check, media, responses, served); FastAPI and pydantic; the standard library.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from pydantic import BaseModel
 
 from rbln_retrieval.server.check import Dialect, Refused, error_body, parse_request, status_of
 from rbln_retrieval.server.media import MediaCheck
+from rbln_retrieval.server.responses import error_responses
 from rbln_retrieval.server.served import ServedModels
 
 logger = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ Handler = Callable[[Context, Any], Awaitable[Any]]
 @dataclass(frozen=True)
 class Route:
     """One mounted route. ``request`` is the typed body (None: a GET); ``onto`` says, for docs/serving.md, which
-    engine call it maps onto."""
+    engine call it maps onto; ``answer`` is the type of its 200 body (responses.py), which the schema declares."""
 
     path: str
     method: str
@@ -61,6 +62,7 @@ class Route:
     request: type[BaseModel] | None
     handler: Handler
     onto: str
+    answer: Any
 
 
 def mount(
@@ -89,6 +91,8 @@ def mount(
             openapi_extra=extra,
             summary=f"{route.dialect}: {route.onto}",
             operation_id=f"{route.method.lower()}_{route.dialect}_{route.path.strip('/').replace('/', '_') or 'root'}",
+            response_model=route.answer,
+            responses=error_responses(route.dialect, route.method, _names_model(route)),
         )
     build = app.openapi
 
@@ -100,6 +104,10 @@ def mount(
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _names_model(route: Route) -> bool:
+    return route.request is not None and "model" in route.request.model_fields
 
 
 def _endpoint(

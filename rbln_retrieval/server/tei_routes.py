@@ -12,7 +12,7 @@ cross-encoder, as TEI dispatches by its model's type, and as /similarity for a s
 a text's end), ``prompt_name`` ("query" or "document": the model's prompt of that kind; none: the text as given) and
 ``dimensions``. A route the model's type cannot answer is refused 424, as TEI does.
 
-Imports: engines (requests), server (check, engine_calls, routes, served); numpy, pydantic.
+Imports: engines (requests), server (check, engine_calls, responses, routes, served); numpy, pydantic.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from rbln_retrieval.engines.requests import Kind
+from rbln_retrieval.server import responses as answers
 from rbln_retrieval.server.check import Refused
 from rbln_retrieval.server.engine_calls import check_token_ids, embed_texts, float_rows, scores, truncation
 from rbln_retrieval.server.routes import VERSION, Context, Route
@@ -277,13 +278,21 @@ async def root(context: Context, request: RootRequest) -> list[Any]:
 
 
 ROUTES = (
-    Route("/embed", "POST", "tei", EmbedRequest, embed, "aembed"),
-    Route("/embed_sparse", "POST", "tei", Inputs, embed_sparse, 'aembed(output="sparse")'),
-    Route("/embed_all", "POST", "tei", Inputs, embed_all, 'aembed(output="multi_vector")'),
-    Route("/predict", "POST", "tei", PredictRequest, predict, "ascore of each pair"),
-    Route("/similarity", "POST", "tei", SimilarityRequest, similarity, "aembed, cosine with the source sentence"),
-    Route("/tokenize", "POST", "tei", TokenizeRequest, tokenize, "the model's tokenizer"),
-    Route("/decode", "POST", "tei", DecodeRequest, decode, "the model's tokenizer"),
-    Route("/info", "GET", "tei", None, info, "the model's description"),
-    Route("/", "POST", "tei", RootRequest, root, "/embed, /predict or /similarity"),
+    Route("/embed", "POST", "tei", EmbedRequest, embed, "aembed", answers.Dense),
+    Route("/embed_sparse", "POST", "tei", Inputs, embed_sparse, 'aembed(output="sparse")', answers.Sparse),
+    Route("/embed_all", "POST", "tei", Inputs, embed_all, 'aembed(output="multi_vector")', answers.TokenVectors),
+    Route("/predict", "POST", "tei", PredictRequest, predict, "ascore of each pair", answers.Predictions),
+    Route(
+        "/similarity",
+        "POST",
+        "tei",
+        SimilarityRequest,
+        similarity,
+        "aembed, cosine with the source sentence",
+        answers.Similarities,
+    ),
+    Route("/tokenize", "POST", "tei", TokenizeRequest, tokenize, "the model's tokenizer", answers.Tokens),
+    Route("/decode", "POST", "tei", DecodeRequest, decode, "the model's tokenizer", answers.Decoded),
+    Route("/info", "GET", "tei", None, info, "the model's description", answers.Info),
+    Route("/", "POST", "tei", RootRequest, root, "/embed, /predict or /similarity", answers.Root),
 )
