@@ -4,7 +4,7 @@ to the only reranker) and answer what each model's local engine answers; /v1/mod
 three, each with the options of its entry (the server is started from config entries, as `serve --config` reads
 them); RemoteEngine and the framework classes pick their model on the server by ``model``; a model that cannot be
 served stops `serve` before any engine starts, in one sentence naming it; a config file's bad fields are refused
-one sentence each, and docs/serving.md's config file is valid."""
+one sentence each, and docs/serving.md's config file is valid; /metrics counts each model's requests."""
 
 from __future__ import annotations
 
@@ -140,6 +140,27 @@ def test_remote_engines_and_framework_classes_pick_their_model_by_name(server, m
     assert (best[0].node.get_content(), best[0].score) == (TEXTS[index], pytest.approx(score, abs=0))
     with pytest.raises(Exception, match=r"serves .* not .*; pass one of them as the model"):
         get_engine("/no/such/model", base_url=server.url, family="bi-encoder").embed(TEXTS)
+
+
+def test_metrics_count_each_models_requests_and_latencies(server, models):
+    """/metrics labels the server's request counter and latency histogram by the model that answered, its route
+    and status; a request no model answered (an unknown model) is labeled with none."""
+    asked = {
+        models["embedder"]: ("/v1/embeddings", {"input": TEXTS}),
+        models["reranker"]: ("/v1/rerank", {"query": QUERY, "documents": TEXTS}),
+        models["splade"]: (OUTPUTS_PATH, {"input": TEXTS, "output": "sparse"}),
+    }
+    for model, (route, body) in asked.items():
+        assert _post(server, route, {"model": model, **body}).status_code == 200
+    _post(server, "/v1/embeddings", {"model": "nobody", "input": TEXTS})
+    text = httpx.get(server.url + "/metrics", timeout=60).text
+    for model, (route, _) in asked.items():
+        labels = re.escape(f'model="{model}",route="{route}",status="200"')
+        assert re.search(rf"^rbln_retrieval_requests_total\{{{labels}\}} [1-9]", text, re.M), model
+        assert re.search(rf"^rbln_retrieval_request_seconds_count\{{{labels}\}} [1-9]", text, re.M), model
+    assert re.search(
+        r'^rbln_retrieval_requests_total\{model="",route="/v1/embeddings",status="404"\} [1-9]', text, re.M
+    )
 
 
 def test_a_model_that_cannot_be_served_stops_serve_naming_it(models, tmp_path):
