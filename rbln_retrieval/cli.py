@@ -5,8 +5,8 @@
         [--dimensions N] [--precision int8|uint8|binary|ubinary [--ranges R.npy | --calibration C.npy]]
     rbln-retrieval embed --images IMAGE ... -m MODEL [-o vectors.npy]     (image-text models: CLIP, SigLIP)
     rbln-retrieval rerank --query TEXT [FILE ...|-] [-m MODEL] [--top-n N]
-    rbln-retrieval serve [MODEL ...] [--host H] [--port P] [--api-key KEY] [--max-concurrent-requests N]
-        [--max-queued-tokens N] [--max-payload-bytes N] [-- VLLM_OPTION ...]
+    rbln-retrieval serve [MODEL ... | --config models.toml] [--host H] [--port P] [--api-key KEY]
+        [--max-concurrent-requests N] [--max-queued-tokens N] [--max-payload-bytes N] [-- VLLM_OPTION ...]
     rbln-retrieval compile MODEL --npu NAME
 
 MODEL is a local model directory or a Hugging Face id (org/name or org/name@revision) resolved through the
@@ -118,9 +118,7 @@ def _parser() -> tuple[_Parser, dict[str, _Parser]]:
     embed = commands.add_parser("embed", help="texts to vectors (.npy, or JSONL on stdout)")
     _input_arguments(embed)
     _model_arguments(embed, default=DEFAULT_EMBEDDING_MODEL)
-    embed.add_argument(
-        "-o", "--output", type=Path, help="write vectors here: .npy, anything else JSONL (default: stdout)"
-    )
+    embed.add_argument("-o", "--output", type=Path, help="write vectors here: .npy, else JSONL (default: stdout)")
     embed.add_argument(
         "--kind",
         choices=("document", "query"),
@@ -138,9 +136,7 @@ def _parser() -> tuple[_Parser, dict[str, _Parser]]:
         help="quantize the vectors as sentence-transformers' quantize_embeddings does (see docs/quantization.md)",
     )
     embed.add_argument("--ranges", type=Path, help="int8/uint8: a .npy of shape (2, dim), per-dimension min and max")
-    embed.add_argument(
-        "--calibration", type=Path, help="int8/uint8: a .npy of float vectors (n, dim) to take ranges of"
-    )
+    embed.add_argument("--calibration", type=Path, help="int8/uint8: a .npy of float vectors (n, dim) for ranges")
     embed.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     embed.add_argument(
         "--images", action="store_true", help="FILEs are images, one each, for an image-text model (CLIP, SigLIP)"
@@ -184,6 +180,7 @@ def _parser() -> tuple[_Parser, dict[str, _Parser]]:
         help="local model directories or Hugging Face ids, each served under its own name (default: $RBLN_MODEL, "
         f"else $MODEL_ID, else {SERVE_DEFAULTS['model']})",
     )
+    serve.add_argument("--config", type=Path, help="a TOML file of models with options and NPUs (docs/serving.md)")
     _model_arguments(serve, env=True)
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
     serve.add_argument("--port", type=int, help=f"port to listen on (default: $PORT, else {SERVE_DEFAULTS['port']})")
@@ -379,11 +376,12 @@ def _rerank(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from rbln_retrieval.server.config import served_models
     from rbln_retrieval.server.serve import serve
 
+    args.model = served_models(args.config, args.model)
     for name in SERVE_ENV:
         setattr(args, name, _serve_setting(args, name))
-    args.model = [args.model] if isinstance(args.model, str) else args.model
     return serve(
         args.model,
         host=args.host,

@@ -66,7 +66,7 @@ class Server:
         env = {**os.environ, **(env or {}), **({"RBLN_API_KEY": api_key} if api_key else {})}
         env.pop("RBLN_API_KEY", None) if api_key is None else None
         self._log_file = log.open("wb")
-        served = [str(m) for m in model] if isinstance(model, list) else str(model)  # a list: a server of several
+        served = [m if isinstance(m, dict) else str(m) for m in model] if isinstance(model, list) else str(model)
         command = [sys.executable, "-c", SERVE, json.dumps(served), str(self.port), json.dumps(options)]
         if user_env is not None:
             command, env = ["rbln-retrieval", "serve", str(model), "--port", str(self.port)], user_env

@@ -4,6 +4,7 @@ checked against the labeled data and against plain-transformers references."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -49,6 +50,20 @@ def runs(tiny_models, minilm, request) -> dict[str, tuple[int, str, str]]:
         ),
         "qwen3-reranker": start(
             "qwen3_reranker.py", tiny_models["qwen3-reranker"], "--device", "cpu", "--dtype", "float32"
+        ),
+        # Two workers on a tiny model, each run once: three engine starts (one per worker, then one holder).
+        "shared-engine": start(
+            "shared_engine_app.py",
+            "--model",
+            tiny_models["bert-cls"],
+            "--device",
+            "cpu",
+            "--workers",
+            "2",
+            "--passages",
+            "8",
+            "--calls",
+            "3",
         ),
     }
     try:
@@ -132,6 +147,18 @@ def test_remote_client_gets_the_local_scores_from_the_server(runs, minilm):
     order += order[:2]  # LangChain ranks all three, the LlamaIndex postprocessor keeps the best two
     assert [text for _, text in printed] == [remote_client.DOCUMENTS[i] for i in order]
     assert [float(score) for score, _ in printed] == pytest.approx([cosine[i] for i in order], abs=6e-4)
+
+
+def test_shared_engine_app_runs_its_workers_on_one_engine_when_attached(runs):
+    """examples/shared_engine_app.py: in-process, an engine per worker; attached, one engine in one holder process,
+    and every figure of its table printed."""
+    code, stdout, stderr = runs["shared-engine"]
+    assert code == 0 and "Traceback" not in stderr, stderr[-3000:]
+    results = json.loads(stdout.splitlines()[-1])
+    assert results["in-process"]["engines"] == 2 and results["in-process"]["holders"] == []
+    assert results["attached"]["engines"] == 1 and len(results["attached"]["holders"]) == 1
+    assert len(results["attached"]["rss_mb"]) == 3, "two workers and the holder measured"
+    assert re.search(r"^attached / in-process: memory \d\.\d\d, embed call \d+\.\d\d", stdout, re.M), stdout
 
 
 @pytest.mark.parametrize(

@@ -1,14 +1,19 @@
 """`rbln-retrieval serve` of several models: an embedder, a cross-encoder and a SPLADE model (tiny random-weight
 ones) behind one server start. Every dialect's routes dispatch by the request's ``model`` (a rerank without one goes
 to the only reranker) and answer what each model's local engine answers; /v1/models and the description list the
-three; RemoteEngine and the framework classes pick their model on the server by ``model``; a model that cannot be
-served stops `serve` before it starts, in one sentence naming it."""
+three, each with the options of its entry (the server is started from config entries, as `serve --config` reads
+them); RemoteEngine and the framework classes pick their model on the server by ``model``; a model that cannot be
+served stops `serve` before any engine starts, in one sentence naming it; a config file's bad fields are refused
+one sentence each, and docs/serving.md's config file is valid; /metrics counts each model's requests."""
 
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -17,12 +22,15 @@ from servers import Server
 
 from rbln_retrieval import PoolingEngine, get_engine
 from rbln_retrieval.engines.protocol import DESCRIBE_PATH, OUTPUTS_PATH
+from rbln_retrieval.server.config import read_config
 
 pytestmark = pytest.mark.server
 
 TEXTS = ["a cat sat on the mat", "stocks fell sharply today", "the weather is mild"]
 QUERY = "a cat"
 CPU = {"device": "cpu", "dtype": "float32"}
+RERANKER_MAX_LENGTH = 64  # the reranker's entry's own option; the others take the model's limit
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "serving.md"
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +56,9 @@ def local(models, tiny_engine):
 
 @pytest.fixture(scope="module")
 def server(models, tmp_path_factory):
-    server = Server(list(models.values()), tmp_path_factory.mktemp("multi") / "serve.log")
+    entries = [{"model": path} for path in models.values()]
+    entries[1]["max_length"] = RERANKER_MAX_LENGTH
+    server = Server(entries, tmp_path_factory.mktemp("multi") / "serve.log")
     try:
         server.wait_ready()
         yield server
@@ -66,6 +76,8 @@ def test_the_models_are_listed_and_described(server, models):
     described = httpx.get(server.url + DESCRIBE_PATH, timeout=60).json()
     assert [d["model"] for d in described["models"]] == list(models.values())
     assert [d["family"]["name"] for d in described["models"]][1:] == ["cross-encoder", "splade"]
+    limits = [d["family"]["max_length"] for d in described["models"]]
+    assert limits[1] == RERANKER_MAX_LENGTH and limits[0] > RERANKER_MAX_LENGTH, "each model's own options"
 
 
 def test_each_dialect_dispatches_by_model_to_that_models_engine(server, models, local):
@@ -130,11 +142,39 @@ def test_remote_engines_and_framework_classes_pick_their_model_by_name(server, m
         get_engine("/no/such/model", base_url=server.url, family="bi-encoder").embed(TEXTS)
 
 
+def test_metrics_count_each_models_requests_and_latencies(server, models):
+    """/metrics labels the server's request counter and latency histogram by the model that answered, its route
+    and status; a request no model answered (an unknown model) is labeled with none."""
+    asked = {
+        models["embedder"]: ("/v1/embeddings", {"input": TEXTS}),
+        models["reranker"]: ("/v1/rerank", {"query": QUERY, "documents": TEXTS}),
+        models["splade"]: (OUTPUTS_PATH, {"input": TEXTS, "output": "sparse"}),
+    }
+    for model, (route, body) in asked.items():
+        assert _post(server, route, {"model": model, **body}).status_code == 200
+    _post(server, "/v1/embeddings", {"model": "nobody", "input": TEXTS})
+    text = httpx.get(server.url + "/metrics", timeout=60).text
+    for model, (route, _) in asked.items():
+        labels = re.escape(f'model="{model}",route="{route}",status="200"')
+        assert re.search(rf"^rbln_retrieval_requests_total\{{{labels}\}} [1-9]", text, re.M), model
+        assert re.search(rf"^rbln_retrieval_request_seconds_count\{{{labels}\}} [1-9]", text, re.M), model
+    assert re.search(
+        r'^rbln_retrieval_requests_total\{model="",route="/v1/embeddings",status="404"\} [1-9]', text, re.M
+    )
+
+
 def test_a_model_that_cannot_be_served_stops_serve_naming_it(models, tmp_path):
-    not_a_model = tmp_path / "not-a-model"
-    not_a_model.mkdir()
+    """`rbln-retrieval serve --config models.toml` as docs/serving.md writes it, listing a good model and then a
+    broken copy of it (its weights file cut short): serve stops in one sentence naming the broken one, before the
+    good one's engine starts."""
+    broken = tmp_path / "broken-model"
+    shutil.copytree(models["embedder"], broken)
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:64])
+    config = tmp_path / "models.toml"
+    config.write_text(f'[[models]]\nmodel = "{models["embedder"]}"\n\n[[models]]\nmodel = "{broken}"\n')
     done = subprocess.run(
-        [sys.executable, "-m", "rbln_retrieval.cli", "serve", models["embedder"], str(not_a_model), "--device", "cpu"],
+        [Path(sys.executable).parent / "rbln-retrieval", "serve", "--config", str(config), "--device", "cpu"],
         capture_output=True,
         text=True,
         env={**os.environ},
@@ -142,4 +182,31 @@ def test_a_model_that_cannot_be_served_stops_serve_naming_it(models, tmp_path):
     )
     assert done.returncode == 1, done.stderr
     (line,) = [line for line in done.stderr.splitlines() if line.startswith("rbln-retrieval: error:")]
-    assert str(not_a_model) in line
+    assert f"{broken} cannot be served: model.safetensors is not a readable safetensors file" in line, line
+
+
+def test_a_config_files_bad_fields_are_refused_one_sentence_each(tmp_path):
+    config = tmp_path / "models.toml"
+    config.write_text('[[models]]\nmodel = "m"\ndtype = "float16"\nnpus = [-1]\nbatch = 3\n\n[[models]]\n')
+    with pytest.raises(ValueError) as error:
+        read_config(config)
+    assert str(error.value).splitlines() == [
+        f"{config}, model 1: dtype='float16' is refused: Input should be 'auto', 'float32' or 'bfloat16'.",
+        f"{config}, model 1: npus.0=-1 is refused: Input should be greater than or equal to 0.",
+        f"{config}, model 1: batch is not an option of a served model (those are: allow_pickle, cache_folder, "
+        "device, dtype, engine_kwargs, family, max_length, model, npus, revision, trust_remote_code).",
+        f"{config}, model 2: model is missing; every model needs one.",
+    ]
+    config.write_text('models = "m"\n')
+    with pytest.raises(ValueError, match=r"lists no model: give one \[\[models\]\] table a model"):
+        read_config(config)
+
+
+def test_the_documented_config_file_is_valid(tmp_path):
+    (block,) = re.findall(r"<!-- config: models.toml .*?-->\n```toml\n(.*?)```", DOCS.read_text(), re.S)
+    config = tmp_path / "models.toml"
+    config.write_text(block)
+    entries = read_config(config)
+    assert [entry.model for entry in entries] == ["BAAI/bge-m3", "BAAI/bge-reranker-v2-m3", "naver/splade-v3"]
+    assert entries[0].device_env() == {"RBLN_VISIBLE_DEVICES": "0"} and entries[2].device_env() == {}
+    assert entries[1].options({"device": "cpu"}) == {"device": "cpu", "engine_kwargs": {"max_num_seqs": 32}}

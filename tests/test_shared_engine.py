@@ -1,10 +1,11 @@
 """One engine per model and options across an app's processes (rbln_retrieval/frameworks/attach.py): four worker
-processes of RBLNEmbeddings run on one engine, started once, with the in-process engine's vectors; the holder's
-death costs each of them one retried call; a holder that does not answer is named in one sentence.
+processes of RBLNEmbeddings on one simulated NPU host share one engine by default (no opt-in variable), started
+once, with equal vectors; the holder's death costs each of them one retried call; a holder that does not answer is
+named in one sentence.
 
-The processes share on the host through the opt-in (RBLN_SHARE_ENGINES=1): on a simulated NPU every worker and
-the holder would pay the stand-in compiler's graphs, and the sharing itself does not depend on the device (the
-device only decides whether it is on by default: test_the_default_follows_the_device).
+The NPU host is the user lane's (tests/npu_host: one device node; tests/standin: the stand-in compiler), with a
+tiny BERT so that the holder's compile through the stand-in stays cheap. The workers and the holders are counted by
+the suite's engine-start counter (tests/engine_count, chained by tests/npu_host/sitecustomize.py).
 """
 
 from __future__ import annotations
@@ -22,29 +23,37 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import reference
+from npu import STANDIN
+from tolerances import min_row_cosine
 
+from langchain_rbln import RBLNEmbeddings
 from rbln_retrieval import PoolingEngine, get_engine
 from rbln_retrieval.engines.options import EngineOptions
 from rbln_retrieval.frameworks import attach
 from rbln_retrieval.frameworks.rendezvous import SHARE_ENV, EngineFiles
 
 TEXTS = ["Paris is the capital of France.", "An NPU is a neural processing unit.", "Berlin is in Germany."]
-OPTIONS = {"device": "cpu", "dtype": "float32"}  # minilm_engine's: the in-process reference
+OPTIONS = {"device": "cpu", "dtype": "float32"}
 WORKERS = 4
 DEADLINE = 900.0  # seconds a worker may take to answer (an engine start on a loaded 2-core machine)
+NPU_HOST = Path(__file__).resolve().parent / "npu_host"
 
-# A worker of an app: one RBLNEmbeddings, a call per line on stdin ("embed"), one JSON line back per call.
+# A worker of an app: one RBLNEmbeddings with its defaults (device "auto": the NPU), a call per line on stdin, one
+# JSON line back per call: the vectors, the holder's pid and the device and NPU its engine runs on.
 WORKER = textwrap.dedent(
     """
     import json, os, sys
     from langchain_rbln import RBLNEmbeddings
 
-    embeddings = RBLNEmbeddings(model=sys.argv[1], device="cpu", dtype="float32")
+    embeddings = RBLNEmbeddings(model=sys.argv[1])
     print(json.dumps({"ready": os.getpid()}), flush=True)
     for line in sys.stdin:
         vectors = embeddings.embed_documents(json.loads(line))
-        holder = embeddings.engine.engine.holder_pid
-        print(json.dumps({"vectors": vectors, "holder": holder}), flush=True)
+        engine = embeddings.engine.engine
+        answer = {"vectors": vectors, "holder": engine.holder_pid, "device": engine.device}
+        answer["npu"] = engine.stats()["npu"]
+        print(json.dumps(answer), flush=True)
     embeddings.close()
     """
 )
@@ -78,13 +87,14 @@ def _engine_starts(log: Path) -> int:
 class Workers:
     """The app's worker processes, each answering one line per request."""
 
-    def __init__(self, model: str, script: Path, count: int):
+    def __init__(self, model: str, script: Path, count: int, env: dict[str, str]):
         self.processes = [
             subprocess.Popen(
                 [sys.executable, str(script), model],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 text=True,
+                env=env,
             )
             for _ in range(count)
         ]
@@ -127,38 +137,61 @@ def _wait_until_gone(files: EngineFiles) -> None:
         time.sleep(0.2)
 
 
-def test_four_workers_share_one_engine_and_survive_its_holders_death(
-    minilm, minilm_engine, run_dir, starts, tmp_path, monkeypatch
+@pytest.fixture
+def npu_host(tmp_path, run_dir, starts, monkeypatch) -> dict[str, str]:
+    """The environment of a process on the simulated NPU host, sharing as it does by default there, its engine
+    starts counted in this test's log."""
+    monkeypatch.delenv(SHARE_ENV)
+    paths = [str(STANDIN), str(NPU_HOST), os.environ.get("PYTHONPATH", "")]
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(paths),
+        "REBEL_STANDIN_NPU": "RBLN-CA25",
+        "RBLN_RETRIEVAL_CACHE_DIR": str(tmp_path / "compile-cache"),
+    }
+
+
+def test_four_workers_on_an_npu_share_one_engine_and_survive_its_holders_death(
+    tiny_models, npu_host, run_dir, starts, tmp_path, monkeypatch
 ):
-    expected = minilm_engine.embed(TEXTS)
+    path = tiny_models["bert-cls"]
+    expected = reference.embed(str(path), TEXTS, pooling="CLS", max_length=512)
     script = tmp_path / "worker.py"
     script.write_text(WORKER, encoding="utf-8")
-    workers = Workers(str(minilm), script, WORKERS)
+    workers = Workers(str(path), script, WORKERS, npu_host)
     try:
         first = workers.embed_all(TEXTS)
         assert _engine_starts(starts) == 1, "four workers, one engine start"
+        assert {(answer["device"], answer["npu"]) for answer in first} == {("rbln", "RBLN-CA25")}
         holder = {answer["holder"] for answer in first}
         assert len(holder) == 1, f"the workers attached to different holders: {holder}"
-        for answer in first:
-            np.testing.assert_array_equal(np.asarray(answer["vectors"], dtype=np.float32), expected)
+        vectors = np.asarray(first[0]["vectors"], dtype=np.float32)
+        assert min_row_cosine(vectors, expected) >= 0.99999, "the NPU route's vectors against transformers'"
+        for answer in first[1:]:
+            np.testing.assert_array_equal(np.asarray(answer["vectors"], dtype=np.float32), vectors)
         files = _files(run_dir)
 
-        # A holder that stops answering is named, with the fixes, once the wait for it runs out.
+        # A holder that stops answering is named, with the fixes, once the wait for it runs out: a process of the
+        # same user and options (here the test's own, on the host, opted in) asks for the engine.
         (pid,) = holder
         os.kill(pid, signal.SIGSTOP)
         try:
+            monkeypatch.setenv(SHARE_ENV, "1")
             monkeypatch.setattr(attach, "ATTACH_TIMEOUT_SECONDS", 0.0)
             monkeypatch.setattr(attach, "PING_TIMEOUT_SECONDS", 0.5)
-            with pytest.raises(
-                RuntimeError, match=rf"held by process {pid} \(`\S*python\S* -m rbln_retrieval\.frameworks\.holder "
-            ) as error:
-                get_engine(minilm, **OPTIONS)
+            with (
+                pytest.raises(
+                    RuntimeError, match=rf"held by process {pid} \(`\S*python\S* -m rbln_retrieval\.frameworks\.holder "
+                ) as error,
+                RBLNEmbeddings(model=str(path)) as embeddings,
+            ):
+                embeddings.embed_query(TEXTS[0])
             assert f"{SHARE_ENV}=0" in str(error.value) and "rbln-retrieval serve" in str(error.value)
         finally:
             os.kill(pid, signal.SIGCONT)
 
-        # The holder dies: each worker's next call attaches again (one of them starts the next holder) and is
-        # answered, equal as before.
+        # The holder dies: each worker's next call attaches again (one of them starts the next holder, which loads
+        # the graphs the first compiled) and is answered, equal as before.
         os.kill(pid, signal.SIGKILL)
         _wait_until_gone(files)
         second = workers.embed_all(TEXTS)
@@ -166,7 +199,7 @@ def test_four_workers_share_one_engine_and_survive_its_holders_death(
         successor = {answer["holder"] for answer in second}
         assert len(successor) == 1 and successor != holder
         for answer in second:
-            np.testing.assert_array_equal(np.asarray(answer["vectors"], dtype=np.float32), expected)
+            np.testing.assert_array_equal(np.asarray(answer["vectors"], dtype=np.float32), vectors)
     finally:
         workers.close()
     _wait_until_gone(files)  # the last worker gone, the holder exits by itself

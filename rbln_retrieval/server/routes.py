@@ -9,7 +9,7 @@ cohere_routes.py (Cohere v2), rerank_routes.py (Jina/vLLM rerank), own_routes.py
 quantized and token-level outputs); app.py gathers them into the table and adds the probes (/health, /ping,
 /metrics, /version).
 
-Imports: server (check, media, responses, served); FastAPI and pydantic; the standard library.
+Imports: server (check, media, metrics, responses, served); FastAPI and pydantic; the standard library.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from pydantic import BaseModel
 
 from rbln_retrieval.server.check import Dialect, Refused, error_body, parse_request, status_of
 from rbln_retrieval.server.media import MediaCheck
+from rbln_retrieval.server.metrics import observe
 from rbln_retrieval.server.responses import error_responses
 from rbln_retrieval.server.served import ServedModels
 
@@ -114,10 +116,16 @@ def _endpoint(
     route: Route, models: ServedModels, media: MediaCheck, log_requests: bool
 ) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
-        request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+        began = time.perf_counter()
+        context = Context(models.for_request(), media, request.headers.get("x-request-id") or uuid.uuid4().hex)
+        response = await answered(request, context)
+        observe(context.models.picked, route.path, response.status_code, time.perf_counter() - began)
+        return response
+
+    async def answered(request: Request, context: Context) -> Response:
+        request_id = context.request_id
         if log_requests:
             logger.info("Added request %s: %s %s", request_id, route.method, route.path)
-        context = Context(models, media, request_id)
         try:
             typed = None if route.request is None else parse_request(await request.body(), route.request)
             answer = await _unless_disconnected(request, route.handler(context, typed))

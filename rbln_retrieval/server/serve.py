@@ -15,7 +15,7 @@ engine; any other (vLLM's chat, tool and tracing options, ...) is refused naming
 presets given another value.
 
 Imports: backend, engines (options, protocol), local (device, engine, engine_args), models, quiet, server (app,
-limits, media, served); vLLM's argument parser and uvicorn inside the functions that build and run the server.
+config, limits, media, served); vLLM's argument parser and uvicorn inside the functions that build and run the server.
 """
 
 from __future__ import annotations
@@ -37,9 +37,10 @@ from rbln_retrieval.engines.protocol import OUTPUTS_PATH, QUANTIZED_EMBED_PATH
 from rbln_retrieval.local.device import resolve_device
 from rbln_retrieval.local.engine_args import cpu_threads_env
 from rbln_retrieval.models.families import ModelFamily
-from rbln_retrieval.models.files import weights_fingerprint
+from rbln_retrieval.models.files import unreadable_weights, weights_fingerprint
 from rbln_retrieval.models.source import SOURCE_ARGS
 from rbln_retrieval.quiet import quiet_vllm
+from rbln_retrieval.server.config import ModelEntry, model_entry
 from rbln_retrieval.server.limits import Limits
 
 logger = logging.getLogger(__name__)
@@ -142,6 +143,8 @@ def server_setup(
     source_args = {name: options.pop(name) for name in SOURCE_ARGS if name in options}
     resolved = local_model(model, EngineOptions(**options), **source_args)
     source, opts, family = resolved.source, resolved.options, resolved.family
+    if reason := unreadable_weights(source.path):  # before any model's engine starts, not after the others'
+        raise ValueError(f"{model} cannot be served: {reason}")
     device = resolve_device(opts.device)
     target = opts.target(device)
     backend.pin_platform(target)  # before anything below imports vLLM
@@ -193,7 +196,7 @@ def _refuse_vllm_args(message: str) -> NoReturn:
 
 
 def serve(
-    model: str | Sequence[str],
+    model: str | Sequence[str | dict[str, Any] | ModelEntry],
     *,
     host: str = "127.0.0.1",
     port: int = 8000,
@@ -204,15 +207,26 @@ def serve(
 ) -> int:
     """Run the server of ``model`` (one model, or several: each request names its own, served.py) in this process
     until SIGTERM or Ctrl-C; returns the exit code: 0 after a requested stop, ENGINE_DIED when an engine died under
-    it, so that a supervisor restarts it. Every model runs on the device ``options`` name, with ``options``; each
-    has its own engine. ``limits`` bound the requests in flight, their queued tokens, a request's size and its
-    upload time (default: Limits()). A model that fails to start stops the server before it serves, naming it."""
+    it, so that a supervisor restarts it. A model is a name, or an entry of a config file (config.py: a table or a
+    ModelEntry) with options of its own over ``options`` and the NPUs it runs on; each has its own engine.
+    ``limits`` bound the requests in flight, their queued tokens, a request's size and its upload time (default:
+    Limits()). A model that fails to start stops the server before it serves, naming it."""
     api_key = api_key or os.environ.get("RBLN_API_KEY")
     limits = limits if isinstance(limits, Limits) else Limits(**(limits or {}))
-    names = [model] if isinstance(model, str) else list(model)
+    given = [model] if isinstance(model, str) else list(model)
+    entries = [model_entry(entry, f"model {number}") for number, entry in enumerate(given, 1)]
+    names = [entry.model for entry in entries]
     setups = [
-        server_setup(name, limits=limits, host=host, port=port, api_key=api_key, vllm_args=vllm_args, **options)
-        for name in names
+        server_setup(
+            entry.model,
+            limits=limits,
+            host=host,
+            port=port,
+            api_key=api_key,
+            vllm_args=vllm_args,
+            **entry.options(options),
+        )
+        for entry in entries
     ]
     _refuse_twice_served(names, setups)
     import uvloop
@@ -223,9 +237,11 @@ def serve(
         sock = _bind(setups[0].args.host, setups[0].args.port)
         engines: list[Any] = []
         try:
-            for name, setup in zip(names, setups, strict=True):
-                with backend.activated(setup.target, cpu_threads_env() if setup.target != "rbln" else None):
-                    engines.append(_start_named(name, setup, several=len(names) > 1))
+            for entry, setup in zip(entries, setups, strict=True):
+                # On the CPU every model shares the cores; on an NPU each runs on the NPUs named for it.
+                env = cpu_threads_env() if setup.target != "rbln" else entry.device_env()
+                with backend.activated(setup.target, env):
+                    engines.append(_start_named(entry.model, setup, several=len(entries) > 1))
             code = uvloop.run(_run_server(engines, setups, limits, sock))
             if code == ENGINE_DIED:
                 # The dead engine's client can block the interpreter's teardown (its sockets wait on a process that

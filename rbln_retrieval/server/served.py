@@ -48,6 +48,13 @@ class ServedModels(Mapping[str, Served]):
         if not models:
             raise ValueError("A server needs at least one model.")
         self._models = {model.name: model for model in models}
+        self.picked: str | None = None  # the model a request's pick() chose (metrics.py labels by it)
+
+    def for_request(self) -> ServedModels:
+        """The same table for one request, recording the model its handler picks."""
+        table = ServedModels.__new__(ServedModels)
+        table._models, table.picked = self._models, None
+        return table
 
     def __getitem__(self, name: str) -> Served:
         return self._models[name]
@@ -61,6 +68,11 @@ class ServedModels(Mapping[str, Served]):
     def pick(self, name: str | None, role: Role) -> Served:
         """The model a request names (``name``), or the only one able to answer a route of ``role``; else Refused
         (404 for an unknown name, the route's wrong-model status for a model that cannot answer it)."""
+        served = self._pick(name, role)
+        self.picked = served.name
+        return served
+
+    def _pick(self, name: str | None, role: Role) -> Served:
         if name is not None:
             served = self._models.get(name)
             if served is None:
