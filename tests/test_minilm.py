@@ -217,3 +217,28 @@ def test_a_run_without_whitespace_is_cut_at_the_window_not_tokenized_whole(minil
             ids if len(ids) <= 256 else tokenizer._keep_end(hf, "query: ", w) for ids, w in zip(expected, windows)
         ]
     assert got == expected
+
+
+def test_tokenizing_with_truncation_on_and_off_from_many_threads_at_once(minilm):
+    """Concurrent requests with different truncation policies tokenize on worker threads at once: each call sets
+    the Rust tokenizer's truncation, which fails ("Already borrowed") while another call encodes, unless the calls
+    take turns. Every thread's ids equal those of the same call made alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rbln_retrieval.models.families import detect_family
+    from rbln_retrieval.text.tokens import PromptTokenizer
+
+    tokenizer = PromptTokenizer(minilm, detect_family(str(minilm)))
+    texts = [f"passage {i} " + "word " * (50 + 40 * (i % 9)) for i in range(64)]
+    policies = ["end", "error", "end", "start"] * 10  # "end" truncates, "error" does not: each call sets which
+
+    def alone(truncate):
+        try:
+            return [t.ids for t in tokenizer.encode_texts(texts, "", truncate)]
+        except ValueError as error:  # truncate="error" on texts over 256 tokens: the same sentence every time
+            return str(error)
+
+    want = {p: alone(p) for p in set(policies)}
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(alone, policies))
+    assert got == [want[p] for p in policies]

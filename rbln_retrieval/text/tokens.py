@@ -31,6 +31,34 @@ class Tokens:
     type_ids: list[int] | None = None
 
 
+class _OneCallAtATime:
+    """A Hugging Face fast tokenizer whose calls take turns. Each call sets the Rust tokenizer's truncation and
+    padding before encoding; a call that changes them while another thread's call encodes fails inside the Rust
+    tokenizer ("Already borrowed"), so concurrent requests with different truncation would get errors."""
+
+    def __init__(self, hf: Any):
+        self._hf = hf
+        self._lock = threading.Lock()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return self._hf(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._hf, name)
+        if not callable(value):
+            return value
+
+        def in_turn(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                return value(*args, **kwargs)
+
+        return in_turn
+
+    def __len__(self) -> int:
+        return len(self._hf)
+
+
 class PromptTokenizer:
     def __init__(self, model_dir: str | Path, family: ModelFamily, *, trust_remote_code: bool = False):
         self.family = family
@@ -38,7 +66,8 @@ class PromptTokenizer:
         self._model_dir = str(model_dir)
         self._trust_remote_code = trust_remote_code
         # The truncation side is tokenizer state, and calls with either side may run at once on worker threads:
-        # one tokenizer per side, the left one loaded when a truncate="start" call first needs it.
+        # one tokenizer per side, the left one loaded when a truncate="start" call first needs it. Truncation on or
+        # off and its length are state too, set by each call: each side's calls take turns (_OneCallAtATime).
         self._by_side: dict[str, Any] = {}
         self._load_lock = threading.Lock()
         self.hf = self._side("right")
@@ -56,7 +85,7 @@ class PromptTokenizer:
                 hf.model_max_length = 1 << 62
                 if self.family.prompt_holds_special_tokens:
                     hf.add_bos_token = hf.add_eos_token = False
-                self._by_side[side] = hf
+                self._by_side[side] = _OneCallAtATime(hf)
             return self._by_side[side]
 
     def _for(self, truncate: str) -> Any:
