@@ -327,6 +327,11 @@ def test_serve_takes_its_settings_from_the_environment(minilm, variables, args, 
     assert line.startswith("rbln-retrieval: error: ") and expected in line
 
 
+def _models(seen: dict) -> list:
+    """The models serve() was given: one name, or a list of names or config entries."""
+    return [seen["model"]] if isinstance(seen["model"], str) else list(seen["model"])
+
+
 def test_serve_flags_win_over_the_environment_which_wins_over_defaults(monkeypatch):
     """What reaches ``server.serve.serve``: a flag, else its variable, else the default (no server starts)."""
     import rbln_retrieval.server.serve as serving
@@ -336,7 +341,7 @@ def test_serve_flags_win_over_the_environment_which_wins_over_defaults(monkeypat
     for name in ("RBLN_MODEL", "MODEL_ID", "RBLN_DEVICE", "RBLN_DTYPE", "PORT", "RBLN_API_KEY"):
         monkeypatch.delenv(name, raising=False)
     assert cli_module.main(["serve"]) == 0
-    assert (seen["model"], seen["device"], seen["dtype"], seen["port"], seen["api_key"]) == (
+    assert (_models(seen), seen["device"], seen["dtype"], seen["port"], seen["api_key"]) == (
         ["sentence-transformers/all-MiniLM-L6-v2"],
         "auto",
         "auto",
@@ -347,7 +352,7 @@ def test_serve_flags_win_over_the_environment_which_wins_over_defaults(monkeypat
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     assert cli_module.main(["serve"]) == 0
-    assert (seen["model"], seen["device"], seen["dtype"], seen["port"], seen["api_key"]) == (
+    assert (_models(seen), seen["device"], seen["dtype"], seen["port"], seen["api_key"]) == (
         ["m"],
         "cpu",
         "float32",
@@ -357,7 +362,7 @@ def test_serve_flags_win_over_the_environment_which_wins_over_defaults(monkeypat
     assert (
         cli_module.main(["serve", "x", "--device", "auto", "--dtype", "bfloat16", "--port", "9", "--api-key", "f"]) == 0
     )
-    assert (seen["model"], seen["device"], seen["dtype"], seen["port"], seen["api_key"]) == (
+    assert (_models(seen), seen["device"], seen["dtype"], seen["port"], seen["api_key"]) == (
         ["x"],
         "auto",
         "bfloat16",
