@@ -53,7 +53,11 @@ class Store:
         where = data_dir / "chroma"
         client = chromadb.PersistentClient(path=str(where), settings=chromadb.Settings(anonymized_telemetry=False))
         # Vectors are always supplied by us: no embedding function, so Chroma never loads (or downloads) its own.
-        options = {"embedding_function": None, "configuration": {"hnsw": {"space": "cosine"}}}
+        # ef_search above the corpus size: the search visits the whole graph, so the top 10 is the exact one. Chroma
+        # builds its HNSW graph on several threads, and two stores of equal vectors otherwise return different
+        # candidates now and then, which the demo's verdict would read as the two pipelines disagreeing.
+        hnsw = {"space": "cosine", "ef_search": max(100, 2 * len(corpus))}
+        options = {"embedding_function": None, "configuration": {"hnsw": hnsw}}
         collection = client.get_or_create_collection(name, **options)
         store = cls(client, collection, where, fingerprint(corpus), len(corpus))
         if not store.ready and store.count:
