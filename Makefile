@@ -46,8 +46,8 @@ test-serial: install
 # A developer's loop, about 2 minutes: pinned imports, unit tests, input checks and the MiniLM engine's own
 # behaviour; no servers, no Ray, no examples (those run in `make test`).
 test-fast: install
-	$(PY) -m pytest -m "not ray and not server and not slow" tests/test_imports.py tests/test_cpu_features.py \
-		tests/backend/test_units.py tests/test_bad_input.py tests/test_minilm.py integrations/langchain/tests/unit_tests
+	$(PY) -m pytest -m "not ray and not server and not slow" tests/project/test_imports.py tests/engine/test_cpu_features.py \
+		tests/backend/test_units.py tests/engine/test_bad_input.py tests/engine/test_minilm.py integrations/langchain/tests/unit_tests
 
 # Only the Ray group (a local Ray cluster: bulk embedding on Ray Data, replicas on Ray Serve).
 test-ray: install

@@ -19,7 +19,7 @@ is a speed or an NPU result.
     HF_HUB_OFFLINE=1 TORCH_DEVICE_BACKEND_AUTOLOAD=0 .venv/bin/python bench/seed_side_by_side.py
 
 Writes bench/results/seed_side_by_side.json and prints its Markdown (bench/seed_tables.py): the tables of
-docs/rbln.md and the README's row, which tests/test_seed_tables.py holds to that file.
+docs/rbln.md and the README's row, which tests/project/test_seed_tables.py holds to that file.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The Markdown of bench/seed_side_by_side.py's figures: its tables in docs/rbln.md and its row in README.md.
 
 Pure rendering of bench/results/seed_side_by_side.json (json and the standard library only), so that
-tests/test_seed_tables.py can hold the docs to the recorded run without starting an engine. As a script it prints
-what the recorded run renders:
+tests/project/test_seed_tables.py can hold the docs to the recorded run without starting an engine. As a script it
+prints what the recorded run renders:
 
     python bench/seed_tables.py [bench/results/seed_side_by_side.json]
 """

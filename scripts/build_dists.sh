@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the four distributions (an sdist, then a wheel from that sdist, each) into dist/ and check them with twine;
-# .ci/run runs it; tests/test_wheel_install.py builds into a folder of its own (DIST). Builds are isolated: pip
+# .ci/run runs it; tests/user_lane/test_wheel_install.py builds into a folder of its own (DIST). Builds are isolated: pip
 # fetches each project's build backend (setuptools, hatchling) from PyPI.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -44,7 +44,7 @@ def minilm_server(minilm, tmp_path_factory):
 @pytest.fixture(scope="session")
 def reranker_server(tiny_models, tmp_path_factory):
     """`rbln-retrieval serve` of the tiny BERT cross-encoder (float32, no API key) for the HTTP lanes' rerank,
-    score and classification routes (tests/test_http_clients.py, tests/test_http_fuzz.py)."""
+    score and classification routes (tests/server/test_http_clients.py, tests/server/test_http_fuzz.py)."""
     from servers import Server
 
     server = Server(tiny_models["bert-cross-encoder"], tmp_path_factory.mktemp("reranker-server") / "reranker.log")

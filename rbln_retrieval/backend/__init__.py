@@ -19,7 +19,7 @@ it (tests/backend/test_layout.py).
 
 This package is also the backend's front door: the rest of rbln_retrieval calls only the names below (engine
 arguments for a target, activation, the compile-only settings, the device and runtime facts, the few vLLM calls an
-in-process engine makes) and never imports a backend module itself (tests/test_import_graph.py).
+in-process engine makes) and never imports a backend module itself (tests/project/test_import_graph.py).
 
 May import: errors, cpu_features
 Engine libraries: vllm, torch, transformers

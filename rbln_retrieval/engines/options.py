@@ -42,7 +42,7 @@ class ComputeOptions(BaseModel):
     """How a model runs, as a user chooses it: each option declared once here with its type, default and help (its
     docstring). ``EngineOptions`` adds the options only the core takes; the framework objects' settings
     (rbln_retrieval.frameworks.settings) inherit these fields, the CLI's flags are made from them (rbln_retrieval.cli)
-    and the options table of docs/getting-started.md is held to them (tests/test_options.py)."""
+    and the options table of docs/getting-started.md is held to them (tests/engine/test_options.py)."""
 
     model_config = ConfigDict(use_attribute_docstrings=True)
 

@@ -16,7 +16,7 @@ import math
 # sentence-transformers' own forward as in this engine, reaches about 0.9999 on the demo corpus' worst passage (a
 # truncated 256-token table; bench/results/hostspeed.md), so the promise leaves 2x that in 1 - cosine.
 # float32: two correct float32 implementations (other kernels, other summation order) of a 6-24 layer encoder, as
-# tests/test_minilm.py asserts against sentence-transformers.
+# tests/engine/test_minilm.py asserts against sentence-transformers.
 MIN_COSINE = {"float32": 0.99999, "bfloat16": 0.9998}
 
 

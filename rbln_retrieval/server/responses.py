@@ -2,7 +2,7 @@
 error body, with the statuses a route can refuse with.
 
 The handlers build plain dicts and lists (routes.py answers them as JSON); these models only describe them, so the
-schema lane (tests/test_http_fuzz.py) checks every answer against its route's declared body and status. Every
+schema lane (tests/server/test_http_fuzz.py) checks every answer against its route's declared body and status. Every
 object forbids keys it does not name, so an answer with a key the schema does not declare fails that check too.
 
 Imports: server (check); pydantic.

@@ -39,7 +39,8 @@ def standin_rebel() -> Iterator[ModuleType]:
 
 # The stock engines here are the reference vLLM computes: run eagerly, in the bundled engines' step size. Inductor's
 # compile of each family's model (most of a stock start) is vLLM's own code path, and the stock runner as users
-# start it (compiled) is run by tests/test_bge_m3.py, tests/test_splade.py and tests/backend/test_bfloat16.py.
+# start it (compiled) is run by tests/engine/test_bge_m3.py, tests/engine/test_splade.py and
+# tests/backend/test_bfloat16.py.
 STOCK = {"enforce_eager": True, "max_num_batched_tokens": SETTINGS["max_num_batched_tokens"]}
 
 

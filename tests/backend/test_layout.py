@@ -8,7 +8,7 @@ of it (its rule in its own docstring; the package's ``__init__`` is the stage "b
     Stages it may import: config, vllm_compat      (the other stages; "nothing" for none)
 
 Imports are read with ast wherever they stand (module level, inside functions, under TYPE_CHECKING), as
-tests/test_import_graph.py reads them.
+tests/project/test_import_graph.py reads them.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import ast
 import re
 from pathlib import Path
 
-from test_import_graph import find_cycle, import_graph, package_modules
+from import_graph import find_cycle, import_graph, package_modules
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = "rbln_retrieval"

@@ -299,9 +299,9 @@ def npu_minilm(npu, standin_rebel):
     engine.close()
 
 
-# The framework classes never see the target (tests/test_framework_objects.py and the integrations' tests run them on
-# the host): one end-to-end framework test per NPU route proves they reach it, LangChain on the ahead-of-time route,
-# LlamaIndex on the torch.compile route.
+# The framework classes never see the target (tests/frameworks/test_framework_objects.py and the integrations' tests
+# run them on the host): one end-to-end framework test per NPU route proves they reach it, LangChain on the
+# ahead-of-time route, LlamaIndex on the torch.compile route.
 @pytest.mark.parametrize("npu", ["RBLN-CA25"], indirect=True)
 def test_langchain_vector_store_on_the_rbln_target(npu, npu_minilm, minilm_engine, monkeypatch):
     from langchain_core.vectorstores import InMemoryVectorStore

@@ -1,4 +1,4 @@
-"""Test-only, never shipped: the NPU host the user lane (tests/test_user_lane.py) simulates has one device node.
+"""Test-only, never shipped: the simulated NPU host of tests/user_lane/test_user_lane.py has one device node.
 
 rbln-retrieval counts NPUs by their device nodes (/dev/rbln0, ...), which a test cannot create. Python imports this
 module at start-up when its folder is on PYTHONPATH (with tests/standin, the stand-in for rebel-compiler, beside it),

@@ -72,5 +72,5 @@ def spec_named(name: str) -> FamilySpec:
 
 
 def family_name(spec: FamilySpec) -> FamilyName:
-    """``spec.name`` as the FamilyName it is (tests/test_family_registry.py checks SPECS against FamilyName)."""
+    """``spec.name`` as the FamilyName it is (tests/engine/test_family_registry.py checks SPECS against FamilyName)."""
     return cast(FamilyName, spec.name)
