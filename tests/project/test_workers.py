@@ -76,6 +76,19 @@ def test_the_suite_s_shared_resources_are_units(file, unit):
     assert SUITE_UNITS[file] == unit
 
 
+def test_the_expected_seconds_name_files_of_the_suite():
+    """A file that moved or went falls back to a second per test: its figure must follow it."""
+    assert sorted(set(workers.EXPECTED_SECONDS) - set(SUITE_UNITS)) == []
+
+
+def test_the_ray_unit_goes_out_first_and_the_server_unit_next():
+    units: dict[str, list[str]] = {}
+    for file, unit in SUITE_UNITS.items():
+        units.setdefault(unit, []).append(f"{file}::test")
+    order = sorted(units, key=lambda unit: -workers.expected_seconds(units[unit]))
+    assert order[:2] == ["ray_cluster", "minilm_server"]
+
+
 def test_a_file_naming_two_shared_fixtures_joins_their_units(tmp_path):
     # Built here, so that this file's own text names no fixture (the scheduler reads it too).
     uses = {"a": ["ray_cluster"], "b": ["reranker_server"], "c": ["minilm_server"], "d": ["reranker_server"]}
