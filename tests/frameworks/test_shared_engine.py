@@ -34,7 +34,6 @@ from rbln_retrieval.frameworks import attach
 from rbln_retrieval.frameworks.rendezvous import SHARE_ENV, EngineFiles
 
 TEXTS = ["Paris is the capital of France.", "An NPU is a neural processing unit.", "Berlin is in Germany."]
-OPTIONS = {"device": "cpu", "dtype": "float32"}
 WORKERS = 4
 DEADLINE = 900.0  # seconds a worker may take to answer (an engine start on a loaded 2-core machine)
 NPU_HOST = Path(__file__).resolve().parents[1] / "npu_host"
@@ -206,13 +205,13 @@ def test_four_workers_on_an_npu_share_one_engine_and_survive_its_holders_death(
     assert not files.socket.exists() and files.read_info() is None
 
 
-def test_a_bad_model_is_refused_with_the_in_process_error_before_any_holder_starts(run_dir, tmp_path):
+def test_a_bad_model_is_refused_with_the_in_process_error_before_any_holder_starts(run_dir, tmp_path, cpu):
     not_a_model = tmp_path / "not-a-model"
     not_a_model.mkdir()
     with pytest.raises(Exception) as in_process:
-        PoolingEngine(not_a_model, **OPTIONS)
+        PoolingEngine(not_a_model, **cpu)
     with pytest.raises(type(in_process.value)) as attached:
-        get_engine(not_a_model, **OPTIONS)  # get_engine reads the family itself, in this process
+        get_engine(not_a_model, **cpu)  # get_engine reads the family itself, in this process
     assert str(attached.value) == str(in_process.value)
     assert not list(run_dir.glob("*.holder")), "no holder was started for it"
 
