@@ -138,6 +138,9 @@ BUILT_OTHERWISE: dict[str, Callable[[Any, Path], Path]] = {
 }
 
 
+PLAIN_MLP = {"bi-encoder", "cross-encoder", "bge-m3", "colbert", "splade"}
+
+
 @pytest.mark.parametrize("spec", SPECS, ids=lambda spec: spec.name)
 def test_every_spec_is_detected_from_its_test_model(spec, tiny_models, tmp_path):
     make = BUILT_OTHERWISE.get(spec.name)
@@ -147,3 +150,5 @@ def test_every_spec_is_detected_from_its_test_model(spec, tiny_models, tmp_path)
     assert family.spec is spec
     assert family.pooling_task == spec.pooling_task
     assert family.gives_dense == ("dense" in spec.outputs)
+    # The step cost's MLP: two matrices for the BERT-like encoders, three (gated) for every other test model.
+    assert family.gated_mlp == (spec.name not in PLAIN_MLP)
