@@ -3,7 +3,7 @@
     rbln-retrieval doctor
     rbln-retrieval embed [FILE ...|-] [-m MODEL] [-o vectors.npy] [--kind query] [--instruction TEXT]
         [--dimensions N] [--precision int8|uint8|binary|ubinary [--ranges R.npy | --calibration C.npy]]
-    rbln-retrieval embed --images IMAGE ... -m MODEL [-o vectors.npy]     (image-text models: CLIP, SigLIP)
+    rbln-retrieval embed --images IMAGE ... -m MODEL [-o vectors.npy]     (image-text models)
     rbln-retrieval rerank --query TEXT [FILE ...|-] [-m MODEL] [--top-n N]
     rbln-retrieval serve [MODEL ... | --config models.toml] [--host H] [--port P] [--api-key KEY]
         [--max-concurrent-requests N] [--max-queued-tokens N] [--max-payload-bytes N] [-- VLLM_OPTION ...]
@@ -127,8 +127,10 @@ def _parser() -> tuple[_Parser, dict[str, _Parser]]:
     )
     # embed's --query was a switch (rerank's takes the query); kept for one release as a deprecated --kind query.
     embed.add_argument("--query", action="store_true", dest="query_switch", help=argparse.SUPPRESS)
-    embed.add_argument("--instruction", help="replace the model's prompt (Qwen3-Embedding queries: the task)")
-    embed.add_argument("--dimensions", type=int, help="matryoshka size (Qwen3-Embedding, Nomic, EmbeddingGemma)")
+    embed.add_argument(
+        "--instruction", help="replace the model's prompt (an instruction-taking model's queries: the task)"
+    )
+    embed.add_argument("--dimensions", type=int, help="matryoshka size (models trained for it: docs/models.md)")
     embed.add_argument(
         "--precision",
         choices=("float32", "int8", "uint8", "binary", "ubinary"),
@@ -138,9 +140,7 @@ def _parser() -> tuple[_Parser, dict[str, _Parser]]:
     embed.add_argument("--ranges", type=Path, help="int8/uint8: a .npy of shape (2, dim), per-dimension min and max")
     embed.add_argument("--calibration", type=Path, help="int8/uint8: a .npy of float vectors (n, dim) for ranges")
     embed.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    embed.add_argument(
-        "--images", action="store_true", help="FILEs are images, one each, for an image-text model (CLIP, SigLIP)"
-    )
+    embed.add_argument("--images", action="store_true", help="FILEs are images, one each, for an image-text model")
     embed.set_defaults(run=_embed)
 
     rerank = commands.add_parser("rerank", help="rank texts by relevance to a query")
@@ -148,7 +148,7 @@ def _parser() -> tuple[_Parser, dict[str, _Parser]]:
     _input_arguments(rerank)
     _model_arguments(rerank, default=DEFAULT_RERANKER_MODEL)
     rerank.add_argument("--top-n", type=int, help="print only the best N (default: all)")
-    rerank.add_argument("--instruction", help="Qwen3-Reranker task, or a bi-encoder's query prompt")
+    rerank.add_argument("--instruction", help="a template reranker's task, or a bi-encoder's query prompt")
     rerank.add_argument("--jsonl", action="store_true", help='print {"index", "score", "text"} objects')
     rerank.set_defaults(run=_rerank)
 

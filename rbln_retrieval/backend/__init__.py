@@ -108,11 +108,13 @@ def engine_args_for(
     strict_shapes: bool,
     additional_config: Mapping[str, Any] | None,
     max_num_batched_tokens: int | None = None,
+    gated_mlp: bool = True,
 ) -> dict[str, Any]:
     """vLLM engine arguments that run an engine on the bundled runner for ``target`` ("host" or "rbln"), merged
     with the caller's other ``additional_config`` entries. The runner's own settings are the caller's
-    ``additional_config["rbln_retrieval"]``; ``model`` names the model in the compile cache's key. On the rbln
-    target, a compile cache built for another NPU, SDK or snapshot is refused here, before vLLM starts."""
+    ``additional_config["rbln_retrieval"]``; ``model`` names the model in the compile cache's key; ``gated_mlp``
+    says whether its MLP has three matrices (the step cost). On the rbln target, a compile cache built for another
+    NPU, SDK or snapshot is refused here, before vLLM starts."""
     additional = dict(additional_config or {})
     settings = dict(additional.pop(CONFIG_KEY, None) or {})
     if max_num_batched_tokens is not None:
@@ -129,6 +131,7 @@ def engine_args_for(
         dtype=dtype,
         strict_shapes=strict_shapes,
         user=settings,
+        gated_mlp=gated_mlp,
         npu=npu,
         sdk=rbln_runtime.sdk_version() if rbln else "",
         snapshot=artifacts.snapshot_fingerprint(model_dir, cache_root() / artifacts.CONTENT_HASHES) if rbln else "",
@@ -239,7 +242,7 @@ def activated(target: str | None, env: dict[str, str] | None = None) -> Iterator
 
     vLLM refuses to start when two out-of-tree platform plugins activate (the official vllm-rbln plugin installed
     beside this package would be the second), so every engine loads our plugin alone: a stock engine with the
-    platform off and the bundled architectures registered (a SPLADE or ColPali checkpoint runs as one of them).
+    platform off and the bundled architectures registered (a checkpoint whose family's spec names one runs as it).
     """
     if target is not None and target not in TARGETS:
         raise ValueError(f"target={target!r} is not one of {TARGETS}.")

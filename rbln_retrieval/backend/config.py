@@ -138,6 +138,7 @@ class BundledConfig:
     host_compile_backend: HostCompileBackend = "none"
     strict_shapes: bool = False
     step_cost_tokens: int = DEFAULT_STEP_COST_TOKENS
+    gated_mlp: bool = True  # the model's MLP has gate, up and down matrices: the step cost's weight FLOPs per token
     compile_only: bool = False
     cache_key: dict[str, Any] = field(default_factory=dict)
     # The rbln target's pins: keyed, so builds for other NPUs, SDKs and snapshots coexist, and checked against the
@@ -205,7 +206,7 @@ class BundledConfig:
     def cache_dir(self) -> Path:
         """Compile artifacts for this model and configuration; the same key on the next start reuses them."""
         # Settings that change no graph leave the key alone: a compile-only build serves the NPU host's start.
-        unkeyed = dict.fromkeys(("strict_shapes", "compile_only", "step_cost_tokens", "cache_root"))
+        unkeyed = dict.fromkeys(("strict_shapes", "compile_only", "step_cost_tokens", "gated_mlp", "cache_root"))
         key = json.dumps({**asdict(self), **unkeyed}, sort_keys=True, default=str)
         # A hub model's key is "org/name@<commit>": the folder is named after "name", the hash covers the commit.
         name = Path(str(self.cache_key.get("model", "model"))).name.split("@")[0] or "model"
@@ -253,6 +254,7 @@ def resolve(
     npu: str | None = None,
     sdk: str = "",
     snapshot: str = "",
+    gated_mlp: bool = True,
 ) -> BundledConfig:
     """The bundled runner's config for an engine: ``user`` holds the caller's ``additional_config`` entry (less
     ``npu``, read as ``RunnerSettings``), ``npu``, ``sdk`` and ``snapshot`` what the rbln target builds for (keyed,
@@ -279,6 +281,7 @@ def resolve(
             "host_compile_backend": settings.host_compile_backend,
             "strict_shapes": strict_shapes,
             "step_cost_tokens": settings.step_cost_tokens,
+            "gated_mlp": gated_mlp,
             "compile_only": settings.compile_only,
             "cache_key": {"model": model, "dtype": dtype, "max_length": max_length, "vllm": vllm_version},
             "npu": npu,

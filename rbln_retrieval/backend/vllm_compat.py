@@ -291,9 +291,9 @@ def load_avx2_kernels() -> None:
 
 @dataclass(frozen=True)
 class DualEncoderText:
-    """What a traced step needs of vLLM's CLIP or SigLIP embedding model, read from its private layout: the text
-    tower without its host-synchronising merge (``features``: positions, token embeddings -> projected rows), its
-    width, whether SigLIP's per-sequence flip follows it, and the vision tower's entry (``image_features``)."""
+    """What a traced step needs of vLLM's image-text dual-encoder embedding model, read from its private layout:
+    the text tower without its host-synchronising merge (``features``: positions, token embeddings -> projected
+    rows), its width, whether a per-sequence flip follows it, and the vision tower's entry (``image_features``)."""
 
     features: Any
     width: int
@@ -303,11 +303,12 @@ class DualEncoderText:
 
 
 def dual_encoder_text(model: Any) -> DualEncoderText | None:
-    """The parts of vLLM's CLIP or SigLIP embedding model (None for any other model)."""
+    """The parts of vLLM's image-text dual-encoder embedding model (None for any other model)."""
     if not hasattr(model, "text_model") or not hasattr(model, "vision_model"):
         return None
     tower = model.text_model
-    flips = hasattr(model, "_flip_sequences_by_position_ids")  # SigLIP: its head, then the flip
+    # A text tower that pools its last token: its head, then the flip of each sequence
+    flips = hasattr(model, "_flip_sequences_by_position_ids")
     project = tower.head if flips else model.text_projection
 
     def features(positions: Any, embeds: Any) -> Any:
@@ -348,7 +349,8 @@ def int32_buffers(model: Any) -> int:
 def aten_vision_attention(model: Any) -> int:
     """vLLM's vision-encoder attention (``MMEncoderAttention``) as plain torch ops: on the CPU it calls vLLM's
     ``torch.ops.vllm.torch_sdpa_wrapper``, an op outside ATen whose fake kernel cannot be traced. Every image
-    attends over its whole patch sequence (no ``cu_seqlens`` in CLIP or SigLIP). Returns how many layers changed."""
+    attends over its whole patch sequence (no ``cu_seqlens`` in the dual encoders' towers). Returns how many layers
+    changed."""
     import types
 
     from vllm.model_executor.layers.attention.mm_encoder_attention import MMEncoderAttention

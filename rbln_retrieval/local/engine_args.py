@@ -70,6 +70,7 @@ def vllm_engine_kwargs(
         strict_shapes=options.strict_shapes,
         additional_config=extra.pop("additional_config", None),
         max_num_batched_tokens=extra.pop("max_num_batched_tokens", None),
+        gated_mlp=family.gated_mlp,
     )
     kwargs = _stock_kwargs(model_dir, family, options, dtype, extra)
     kwargs["kv_cache_memory_bytes"] = _kv_cache_bytes(family, bundled["max_num_batched_tokens"])
@@ -91,7 +92,7 @@ def _stock_kwargs(
         "max_model_len": family.max_length,
         # A step holds whole prompts (encoders are never chunked). Causal pooling models would be: vLLM 0.30's
         # scheduler then keeps part-prefilled prompts' blocks across steps and, with the cache sized below, never
-        # finishes a call of 40 mixed-length texts (the stock runner stepped without end on Qwen3-Reranker).
+        # finishes a call of 40 mixed-length texts (the stock runner stepped without end on a causal reranker).
         "max_num_batched_tokens": max_num_batched_tokens,
         "enable_chunked_prefill": False,
         # Pooling requests finish in the step that schedules them: the cache only ever holds one step's tokens.
@@ -101,8 +102,9 @@ def _stock_kwargs(
         "hf_overrides": dict(family.hf_overrides),
         "trust_remote_code": options.trust_remote_code,
         # Pickle checkpoints can run code on load; safetensors only unless the caller opts in. Heads that exist only
-        # as .pt state dicts (bge-m3's): vLLM reads them with torch's weights-only unpickler, which refuses code,
-        # while the model's own weights still come from safetensors (check_weights made sure they exist).
+        # as .pt state dicts (``FamilySpec.loads_pickle_heads``): vLLM reads them with torch's weights-only
+        # unpickler, which refuses code, while the model's own weights still come from safetensors (check_weights
+        # made sure they exist).
         "load_format": "auto" if options.allow_pickle or family.spec.loads_pickle_heads else "safetensors",
         "disable_log_stats": True,
         # A library's users see their own progress bars; vLLM's checkpoint-loading bar is noise at every start.

@@ -1,8 +1,8 @@
-"""PoolingEngine's image API: images of image-text models (CLIP, SigLIP) as vectors in the space of its text vectors,
-ColPali's page images as token vectors, and text queries scored against images.
+"""PoolingEngine's image API: images of image-text models as vectors in the space of its text vectors, page images of
+late-interaction image models as token vectors, and text queries scored against images.
 
 Each image is checked and decoded first (rbln_retrieval.text.images), then sent as vLLM's multimodal prompt: one
-image and the family's image prompt (none for CLIP and SigLIP, the page prompt for ColPali), which vLLM's processors
+image and the family's image prompt (``image_prompt``: none, or a page prompt), which vLLM's processors
 resize and normalise with the model's own image processor.
 
 Imports: engines (loop, requests), models (families, specs.image_text), results (outputs, ranking), text (images,
@@ -37,8 +37,8 @@ def check_images_supported(family: ModelFamily, model: str) -> None:
 
 
 def image_prompt(image: Any, text_ids: list[int] | None = None) -> dict[str, Any]:
-    """vLLM's prompt for one image: no text for CLIP and SigLIP (they refuse text beside an image), the page
-    prompt's tokens for ColPali (vLLM's PaliGemma processor puts the image tokens before them)."""
+    """vLLM's prompt for one image: no text for a family without an image prompt (its processor refuses text beside
+    an image), else the image prompt's tokens (vLLM's processor puts the image tokens before them)."""
     return {"prompt_token_ids": list(text_ids or []), "multi_modal_data": {"image": image}}
 
 
@@ -59,11 +59,11 @@ class ImageEmbedding:
         self, images: Iterable[Any], *, output: Output = "dense", normalize: bool = True, show_progress: bool = False
     ) -> Any:
         """Vectors for ``images`` (PIL images, ``pathlib.Path`` files, bytes or binary file objects; never a str)
-        as a float32 array of shape (n, d) in the space of ``embed(texts)``, rows in input order. ColPali pages take
-        ``output="multi_vector"`` (its only output): a list of float32 (tokens, d) arrays, one per page, every
-        prompt token's vector (the image's patches, then the page prompt's). An image that cannot be decoded, is
-        truncated, is over rbln_retrieval.text.images.MAX_PIXELS or has 16-bit or float pixels is refused in one
-        sentence naming its index."""
+        as a float32 array of shape (n, d) in the space of ``embed(texts)``, rows in input order. Pages of a
+        late-interaction image model take ``output="multi_vector"`` (its only output): a list of float32
+        (tokens, d) arrays, one per page, every prompt token's vector (the image's patches, then the page prompt's).
+        An image that cannot be decoded, is truncated, is over rbln_retrieval.text.images.MAX_PIXELS or has 16-bit
+        or float pixels is refused in one sentence naming its index."""
         run = self._embed_images(images, output=output, normalize=normalize, show_progress=show_progress)
         return self._loop.run(run)
 
@@ -74,8 +74,8 @@ class ImageEmbedding:
         return await self._loop.arun(run)
 
     def score_images(self, query: str, images: Iterable[Any]) -> list[float]:
-        """Relevance of each image to the text ``query``: the cosine of their vectors, or for ColPali MaxSim of the
-        query's token vectors over the page's (summed, as ColPaliProcessor.score_retrieval)."""
+        """Relevance of each image to the text ``query``: the cosine of their vectors, or for a late-interaction
+        family MaxSim of the query's token vectors over the page's (reduced as its spec's ``maxsim_reduction``)."""
         return self._loop.run(self._score_images(query, images))
 
     async def ascore_images(self, query: str, images: Iterable[Any]) -> list[float]:

@@ -40,6 +40,7 @@ class ModelFamily:
     matryoshka: bool = False
     matryoshka_dimensions: tuple[int, ...] = ()  # the only sizes ``dimensions`` may take; empty: any up to the width
     uses_token_type_ids: bool = False
+    gated_mlp: bool = True  # its MLP has gate, up and down matrices (the NPU step's cost per token)
     kv_bytes_per_token: int = 0  # causal models only: KV cache per token at fp32, for sizing the cache
     hf_overrides: dict[str, Any] = field(default_factory=dict)
     config_code: str | None = None  # auto_map reference of a config class shipped as code (needs trust_remote_code)

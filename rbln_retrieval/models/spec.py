@@ -21,6 +21,8 @@ from rbln_retrieval.models.files import Pooling, read_json, sentence_transformer
 Output = Literal["dense", "sparse", "multi_vector"]
 OUTPUTS: tuple[Output, ...] = ("dense", "sparse", "multi_vector")
 _ROBERTA_TYPES = {"roberta", "xlm-roberta"}
+# Model types whose MLP is two matrices (up, down); every other architecture's is gated (gate, up, down).
+_PLAIN_MLP_TYPES = {"bert", *_ROBERTA_TYPES}
 
 
 class Scoring(Enum):
@@ -97,6 +99,7 @@ class Checkpoint:
             "hidden_size": int(self.config.get("hidden_size") or self.config.get("n_embd") or 0),
             "max_length": self._max_length(),
             "hf_overrides": self._config_fixes(),
+            "gated_mlp": self.config.get("model_type") not in _PLAIN_MLP_TYPES,
         }
 
     def kv_bytes_per_token(self) -> int:

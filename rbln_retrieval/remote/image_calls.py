@@ -1,9 +1,9 @@
 """RemoteEngine's image API (embed_images, score_images, rerank_images): PoolingEngine's, against the image-text model
-(CLIP, SigLIP) an `rbln-retrieval serve` server runs.
+an `rbln-retrieval serve` server runs.
 
 Each image is checked here with the local engine's loader (rbln_retrieval.text.images), so a bad image is refused
 before anything is sent, in the sentence a local engine says; it then travels as a base64 data URL in vLLM's
-chat-style /v1/embeddings request, one conversation per image (CLIP and SigLIP take one image and no text). The
+chat-style /v1/embeddings request, one conversation per image (an image-text model takes one image and no text). The
 bytes sent decode to the pixels the local engine embeds (text.images.encoded_image), so the vectors equal local
 ones, float32, in the space of the server's text vectors. Requests are cut and spread over the replicas as the text
 calls are.

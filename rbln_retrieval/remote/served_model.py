@@ -30,7 +30,7 @@ from rbln_retrieval.engines.protocol import DESCRIBE_PATH, QUANTIZED_EMBED_PATH
 from rbln_retrieval.errors import ModelNotFoundError, ModelNotSupportedError
 from rbln_retrieval.models.families import ModelFamily, detect_family
 from rbln_retrieval.models.source import resolve_model, split_reference
-from rbln_retrieval.models.specs import DEFAULT_SPEC, family_name, spec_named
+from rbln_retrieval.models.specs import DEFAULT_SPEC, SPECS_BY_NAME, family_name, spec_named
 from rbln_retrieval.remote.replicas import Deadline, RemoteError, Replicas
 from rbln_retrieval.text.tokens import PromptTokenizer
 
@@ -163,9 +163,11 @@ class RemoteModel:
             return detect_family(source.path, max_length=self.options.max_length, family=wanted)
         if wanted is None:
             logger.warning(
-                "The server does not describe %s and family is unset: treating it as a bi-encoder. Pass family= "
-                "if it is a reranker or Qwen3-Embedding.",
+                "The server does not describe %s and family is unset: treating it as a %s. Pass family= (one of "
+                "%s) if it is another.",
                 self.model,
+                DEFAULT_SPEC.name,
+                ", ".join(SPECS_BY_NAME),
             )
         # Without the model files, prompts come only from the family's defaults and explicit instructions.
         spec = spec_named(wanted) if wanted else DEFAULT_SPEC

@@ -1,4 +1,4 @@
-"""Pooled rows to what callers get: bge-m3's sparse weights and ColBERT multi-vectors finished on the host, MaxSim,
+"""Pooled rows to what callers get: sparse weights and multi-vectors finished on the host, MaxSim,
 long texts' windows combined, rankings, quantized vectors, and the precision each compute dtype promises.
 
 outputs.py (the outputs besides dense vectors, and their MaxSim; ``normalized``, the one host-side

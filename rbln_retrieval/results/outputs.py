@@ -1,20 +1,16 @@
-"""What ``embed(output=...)`` can return besides dense vectors: bge-m3's sparse lexical weights and ColBERT
-multi-vectors, finished on the host exactly as FlagEmbedding's BGEM3 finishes them.
+"""What ``embed(output=...)`` can return besides dense vectors: sparse lexical weights ({token_id: weight}) and
+multi-vectors (one vector per token), finished on the host from vLLM's pooling tasks.
 
-vLLM's BgeM3EmbeddingModel computes them with pooling tasks of its own: "token_classify" gives relu(sparse_linear(h))
-per token without the first (bos) and last (eos) token, "token_embed" gives colbert_linear(h) per token without the
-first token, normalized, and "embed&token_classify" gives the dense vector followed by the sparse weights from one
-forward. vLLM serves one task per request, so dense + sparse cost one forward and multi-vectors one more.
+A model with both token-level heads runs them as pooling tasks of its own: "token_classify" gives the sparse head's
+relu(linear(h)) per token without the first (bos) and last (eos) token, "token_embed" the multi-vector head's
+projection per token without the first token, normalized, and "embed&token_classify" the dense vector followed by
+the sparse weights from one forward. vLLM serves one task per request, so dense + sparse cost one forward and
+multi-vectors one more. A late-interaction-only model's "token_embed" gives every token's projection, special
+tokens included, normalized; a family whose "embed" task gives one vocabulary-sized row (``vocabulary_row``) has
+that row as its sparse vector, the ids above zero being its {token_id: weight}.
 
-A ColBERT checkpoint (vLLM's ColBERTModel) has multi-vectors only: "token_embed" gives its
-projection of every token, [CLS] and [SEP] included, normalized.
-
-A SPLADE checkpoint (backend/graph/splade.py) has sparse vectors only: its "embed" task gives
-one vocabulary-sized row, per id the largest log(1 + relu(MLM logit)) over the text's tokens ([CLS] and [SEP]
-included, as sentence-transformers' SpladePooling); the ids above zero, special tokens included, are its
-{token_id: weight}, the type bge-m3's sparse output has.
-
-Which outputs a family gives, and what it needs besides, its spec says (``family`` arguments name it).
+Which outputs a family gives, how its token rows are trimmed and reduced, and what it needs besides, its spec says
+(``family`` arguments name it; the families themselves are described in models/specs/).
 
 Imports: models (spec, specs); numpy.
 """
@@ -32,12 +28,12 @@ import numpy as np
 # Defined with the family specs, which say which of them each family gives.
 from rbln_retrieval.models.spec import OUTPUTS as OUTPUTS
 from rbln_retrieval.models.spec import Output as Output
-from rbln_retrieval.models.specs import spec_named
+from rbln_retrieval.models.specs import SPECS, spec_named
 
 _MISSING_HEAD = {
     "dense": "pooled vector (it gives one vector per token)",
     "sparse": "sparse (lexical weight) head",
-    "multi_vector": "multi-vector (ColBERT) head",
+    "multi_vector": "multi-vector (late-interaction) head",
 }
 
 
@@ -55,8 +51,7 @@ def check_outputs(output: Any, *, family: str, model: str) -> tuple[Output, ...]
         if name not in spec.outputs:
             raise ValueError(
                 f"{model} has no {_MISSING_HEAD[name]} (family {family}), so it cannot give output={name!r}; "
-                "bge-m3 checkpoints (sparse_linear.pt and colbert_linear.pt beside the weights) can, and SPLADE "
-                "checkpoints give sparse vectors."
+                f"models of these families can: {', '.join(s.name for s in SPECS if name in s.outputs)}."
             )
     if len(set(names)) != len(names):
         raise ValueError(f"output={list(names)!r} names an output twice.")
@@ -113,8 +108,8 @@ def pooling_tasks(outputs: tuple[Output, ...], family: str = "") -> list[Pooling
 
 @dataclass(frozen=True)
 class SpecialTokens:
-    """The ids vLLM trims from token-level outputs (bos, eos from the model config) and those bge-m3 leaves out of
-    its lexical weights (cls, eos, pad, unk, as FlagEmbedding's ``_process_token_weights``)."""
+    """The ids vLLM trims from token-level outputs (bos, eos from the model config) and those a sparse head's lexical
+    weights leave out (cls, eos, pad, unk, as FlagEmbedding's ``_process_token_weights``)."""
 
     bos: int | None
     eos: int | None
@@ -161,8 +156,7 @@ def sparse_dot(a: dict[int, float], b: dict[int, float]) -> float:
 
 def maxsim(query: np.ndarray, document: np.ndarray, *, family: str) -> float:
     """Late-interaction relevance: each query vector's best dot product with any document vector, summed over the
-    query vectors as ColBERT (and vLLM's ``compute_maxsim_score``) does, or averaged as bge-m3's ``colbert_score``
-    (the family spec's ``maxsim_reduction``)."""
+    query vectors (as vLLM's ``compute_maxsim_score``), or averaged: the family spec's ``maxsim_reduction``."""
     if len(query) == 0 or len(document) == 0:
         return 0.0
     best = (query @ document.T).max(axis=1)

@@ -2,13 +2,13 @@
 the ``openai`` client use.
 
 /v1/embeddings embeds ``input`` texts as given (a client puts any prompt in them), or the images of chat-style
-``messages`` (one image per conversation, CLIP and SigLIP; each through media.py), as float lists or base64 of
+``messages`` (one image per conversation, image-text models; each through media.py), as float lists or base64 of
 little-endian float32, cut to ``dimensions``; ``use_activation`` (or ``normalize``) false gives raw vectors;
 ``truncate_prompt_tokens`` (the model's max length, or -1) truncates over-long texts (``truncation_side`` "left"
 keeps their end), else an over-long text is refused naming it. Token ids (one list of ints, or a list of them) are
 embedded as the model's ids, as vLLM does, under the same truncation; an id outside the vocabulary is refused
 naming it. /score and /v1/score give one score per document for ``queries`` (one query) and ``documents``, with
-the ``instruction`` of the models that take one (Qwen3-Reranker: RemoteEngine sends its query and documents, the
+the ``instruction`` of the models that take one (a template reranker: RemoteEngine sends its query and documents, the
 engine puts them in the model's template).
 
 Imports: models, server (check, engine_calls, responses, routes, served).

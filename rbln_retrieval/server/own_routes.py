@@ -5,8 +5,8 @@ QUANTIZED_EMBED_PATH takes /v1/embeddings' text request plus ``precision`` and, 
 and answers ``{"precision", "dtype", "data": [{"index", "embedding"}]}``, each embedding the row's quantized bytes in
 base64 (1 byte a dimension for int8/uint8, 1 bit for binary/ubinary), quantized by the engine as
 rbln_retrieval.results.quantize does. OUTPUTS_PATH takes ``input`` (texts) or ``images`` (data URLs, through
-media.py) and ``output`` (dense, sparse, multi_vector, or a list of them: bge-m3 gives all three from one forward,
-ColBERT multi-vectors, SPLADE sparse vectors, ColPali multi-vectors of page images), ``kind`` (the model's query or
+media.py) and ``output`` (dense, sparse, multi_vector, or a list of them, as the family gives them: all three
+from one forward, token vectors of texts or of page images, or sparse vectors only), ``kind`` (the model's query or
 document prompt; none: the texts as given), ``normalize`` and ``truncate``; each row answers its outputs: dense as
 base64 float32, sparse as ``{"indices", "values"}``, multi_vector as ``{"shape", "data"}`` (base64 float32, row-major).
 

@@ -1,8 +1,8 @@
 """Hugging Face text-embeddings-inference's routes, as TEI's clients (huggingface_hub's InferenceClient, llama-index's
 TextEmbeddingsInference, LangChain's and Haystack's TEI classes) call them.
 
-/embed gives dense vectors, /embed_sparse sparse ones (SPLADE, bge-m3) as ``{"index", "value"}`` lists, /embed_all
-every token's vector (ColBERT, bge-m3); /rerank scores ``texts`` against ``query`` best first (``raw_scores``: the
+/embed gives dense vectors, /embed_sparse sparse ones (sparse models) as ``{"index", "value"}`` lists, /embed_all
+every token's vector (multi-vector models); /rerank scores ``texts`` against ``query`` best first (``raw_scores``: the
 logit of a cross-encoder's probability; ``return_text``), /predict a cross-encoder's score of each [query, text]
 pair, or of one text alone (its classifier head on that one sequence, as TEI runs it); /similarity the cosine of
 each of ``sentences`` with ``source_sentence`` (an embedder's vectors, as TEI answers); /tokenize and /decode use

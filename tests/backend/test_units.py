@@ -19,6 +19,7 @@ from rbln_retrieval import backend
 from rbln_retrieval.backend import config as config_module
 from rbln_retrieval.backend.config import BundledConfig, RunnerSettings, engine_overrides
 from rbln_retrieval.backend.graph.pooling import pooling_weights
+from rbln_retrieval.backend.step import rows
 from rbln_retrieval.backend.step.buckets import derive_buckets
 from rbln_retrieval.backend.step.packing import choose_budget, pack_front
 
@@ -219,6 +220,20 @@ def test_step_budget_is_the_cheapest_bucket_for_what_waits():
 def test_engine_overrides_schedule_with_packing():
     kw = engine_overrides(target="host", max_length=256, model="m", dtype="float32", strict_shapes=False, user={})
     assert kw["scheduler_cls"] == "rbln_retrieval.backend.engine_core.scheduler.PackingScheduler"
+
+
+def test_the_step_cost_counts_a_gated_mlps_third_matrix_and_keys_no_cache_by_it():
+    """The family's preset says whether the MLP is gated (BundledConfig.gated_mlp); the cost model reads it, the
+    compile cache's key does not (it changes no graph)."""
+    config = types.SimpleNamespace(hidden_size=64, num_attention_heads=4, intermediate_size=256)
+    assert rows.attention_ratio(config, gated_mlp=True) > rows.attention_ratio(config, gated_mlp=False)
+    args = {"target": "host", "max_length": 256, "model": "m", "dtype": "float32", "strict_shapes": False, "user": {}}
+    plain, gated = (
+        BundledConfig.from_fields(engine_overrides(**args, gated_mlp=g)["additional_config"]["rbln_retrieval"])
+        for g in (False, True)
+    )
+    assert (plain.gated_mlp, gated.gated_mlp) == (False, True)
+    assert plain.cache_dir() == gated.cache_dir()
 
 
 def test_pooling_weights_are_zero_on_padding():

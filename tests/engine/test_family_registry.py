@@ -82,36 +82,45 @@ def test_the_scan_catches_a_planted_name():
     assert len(shipped_files()) > 50  # the scan reads the package and the integrations
 
 
-# Any spelling of a family, in code or in comments; a Hugging Face id ("org/name", a default model) is not one.
+# Any spelling of a family, in code or in comments. Not one: a Hugging Face id ("org/name", a default model) and
+# numpy's clip.
 FAMILY_WORDS = re.compile(r"qwen|splade|colbert|bge.?m3|colpali|siglip|\bclip\b|gemma|nomic", re.I)
-HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
-# The rooms that ask the spec and name no family even in a comment; the rest of the package (outside models/specs/)
-# is held to at most FAMILY_LINES_ELSEWHERE lines that name one, so the count can only fall.
-NAMELESS = ("engines", "text", "models/*.py", "local/engine.py", "local/pair_calls.py", "remote/client.py")
-FAMILY_LINES_ELSEWHERE = 104
+NOT_A_FAMILY = re.compile(r"[\w.-]+/[\w.-]+|\bnp\.clip\(")
+# Where a family may be named: its spec, and the bundled backend's architecture modules, each of which is one
+# architecture's graph fixed for vLLM (as vLLM's own model files are) and is reached by the runner through a hook or
+# a capability, never by name. The rest of the package names no family, even in a comment.
+NAMED_IN = (SPECS_DIR, REPO / "rbln_retrieval" / "backend" / "graph" / "architectures")
 
 
 def family_lines(path: Path) -> list[str]:
     return [
         f"{path.relative_to(REPO)}:{number}: {line.strip()}"
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
-        if FAMILY_WORDS.search(HUB_ID.sub("", line))
+        if FAMILY_WORDS.search(NOT_A_FAMILY.sub("", line))
     ]
 
 
-def test_the_nameless_rooms_name_no_family_and_the_rest_name_fewer():
-    package = REPO / "rbln_retrieval"
-    nameless = {path for pattern in NAMELESS for path in package.glob(pattern if "." in pattern else f"{pattern}/*.py")}
-    assert len(nameless) > 20
-    named = [line for path in sorted(nameless) for line in family_lines(path)]
+def nameless_files() -> list[Path]:
+    return [
+        path
+        for path in sorted((REPO / "rbln_retrieval").rglob("*.py"))
+        if not any(path.is_relative_to(room) for room in NAMED_IN)
+    ]
+
+
+def test_the_package_names_no_family_outside_the_specs_and_the_architectures():
+    files = nameless_files()
+    assert len(files) > 100
+    named = [line for path in files for line in family_lines(path)]
     assert not named, "ask the family's spec (models/specs/) instead of naming the family:\n" + "\n".join(named)
-    elsewhere = [
-        line
-        for path in sorted(package.rglob("*.py"))
-        if path not in nameless and not path.is_relative_to(SPECS_DIR)
-        for line in family_lines(path)
-    ]
-    assert len(elsewhere) <= FAMILY_LINES_ELSEWHERE, "\n".join(elsewhere)
+
+
+def test_the_word_scan_catches_a_planted_family_and_passes_hub_ids_and_numpy():
+    files, graph = nameless_files(), REPO / "rbln_retrieval" / "backend" / "graph"
+    assert graph / "host_kernels.py" in files and graph / "architectures" / "colpali.py" not in files
+    assert FAMILY_WORDS.search(NOT_A_FAMILY.sub("", "# Qwen3's per-head norms"))
+    assert FAMILY_WORDS.search(NOT_A_FAMILY.sub("", "images (CLIP, SigLIP)"))
+    assert not FAMILY_WORDS.search(NOT_A_FAMILY.sub("", 'DEFAULT = "BAAI/bge-m3"; x = np.clip(y, 0, 255)'))
 
 
 def test_every_family_name_has_one_spec():
@@ -129,6 +138,9 @@ BUILT_OTHERWISE: dict[str, Callable[[Any, Path], Path]] = {
 }
 
 
+PLAIN_MLP = {"bi-encoder", "cross-encoder", "bge-m3", "colbert", "splade"}
+
+
 @pytest.mark.parametrize("spec", SPECS, ids=lambda spec: spec.name)
 def test_every_spec_is_detected_from_its_test_model(spec, tiny_models, tmp_path):
     make = BUILT_OTHERWISE.get(spec.name)
@@ -138,3 +150,5 @@ def test_every_spec_is_detected_from_its_test_model(spec, tiny_models, tmp_path)
     assert family.spec is spec
     assert family.pooling_task == spec.pooling_task
     assert family.gives_dense == ("dense" in spec.outputs)
+    # The step cost's MLP: two matrices for the BERT-like encoders, three (gated) for every other test model.
+    assert family.gated_mlp == (spec.name not in PLAIN_MLP)

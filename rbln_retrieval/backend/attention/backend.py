@@ -8,8 +8,8 @@ arguments and sets ``causal=False``).
 
 Sliding windows follow vLLM's convention (its CPU kernel, FlashAttention): a window of ``W`` keeps the keys at
 most ``W - 1`` positions from the query, on both sides for bidirectional layers and behind it for causal ones.
-Models translate their own configs into it (ModernBERT passes ``local_attention // 2 + 1``, Gemma-3 its
-``sliding_window``), which reproduces transformers' masks.
+Models translate their own configs into it (an alternating local/global encoder passes
+``local_attention // 2 + 1``, a sliding-window decoder its ``sliding_window``), which reproduces transformers' masks.
 
 Two implementations (``BundledConfig.kernels``), both parity-tested against the stock runner:
 - ``static``: masked attention per row of the step's ``rows x width`` shape (additive float mask, explicit

@@ -8,10 +8,11 @@ row). It builds attention metadata for the whole bucket, pads token_type_ids wit
 forward plus pooling as one torch.compile'd graph per bucket (on the host, traced only under strict_shapes or a
 chosen compile backend; otherwise the same bucket-shaped function runs eagerly; on an NPU, rbln_runtime's route
 for its family compiles each captured graph). Padding never reaches an output: pooling weights are zero on
-padding columns and only the step's requests are read back. Traced image models (CLIP, SigLIP, ColPali) run their
-vision tower as graphs per image-count bucket where vLLM's runner calls it (``graph.dual_encoder``); CLIP's and
-SigLIP's text tower runs through the same step graphs, ColPali's Gemma as any text model over the step's embeddings
-(vLLM's runner merges the image tokens' into them on the host).
+padding columns and only the step's requests are read back. Traced image models run their vision tower as graphs
+per image-count bucket where vLLM's runner calls it (``graph.architectures.dual_encoder``); an image-text dual
+encoder's text tower runs through the same step graphs, and a model that merges image tokens into its prompt (its
+``traced_vision_tower`` hook) runs its language model as any text model over the step's embeddings (vLLM's runner
+merges the image tokens' into them on the host).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 
 from rbln_retrieval.backend.config import BundledConfig
-from rbln_retrieval.backend.graph import colpali
+from rbln_retrieval.backend.graph.architectures.dual_encoder import VisionGraphs, pad_width, step_inputs, text_step
 from rbln_retrieval.backend.graph.compile import (
     GraphCost,
     RecordingBackend,
@@ -41,7 +42,6 @@ from rbln_retrieval.backend.graph.compile import (
     recording_backend,
     strict_errors,
 )
-from rbln_retrieval.backend.graph.dual_encoder import VisionGraphs, pad_width, step_inputs, text_step
 from rbln_retrieval.backend.graph.host_layers import fuse_epilogues, write_in_place
 from rbln_retrieval.backend.graph.pooling import TaskHead, decompose, pooling_weights
 from rbln_retrieval.backend.npu import artifacts, rbln_runtime
@@ -120,13 +120,18 @@ class BundledModelRunner(CPUModelRunner):
             raise RuntimeError("The bundled runner serves pooling models only; start the engine with runner='pooling'.")
         if self.supports_mm_inputs and self.bundled.traced:
             # vLLM's dual-encoder forward merges text and image vectors by host-synchronising branches: traced
-            # steps run the text tower alone (graph.dual_encoder), the vision tower as graphs of its own. ColPali's
-            # vision graphs feed vLLM's own merge on the host; its Gemma runs in the step graphs unchanged.
+            # steps run the text tower alone (graph.architectures.dual_encoder), the vision tower as graphs of its
+            # own. A model with a ``traced_vision_tower`` hook gives its vision graphs' entry and feeds them to
+            # vLLM's own merge on the host; its language model runs in the step graphs unchanged.
             self.dual = dual_encoder_text(self.model)
-            tower = (self.dual.image_features, self.dual.image_size) if self.dual else colpali.vision_tower(self.model)
+            hook = getattr(self.model, "traced_vision_tower", None)
+            tower = (self.dual.image_features, self.dual.image_size) if self.dual else hook() if hook else None
             if tower is None:
-                raise RuntimeError("Of multimodal models, traced targets take CLIP, SigLIP and ColPali only.")
-            self.model.requires_grad_(False)  # SigLIP's pooling head is torch's MultiheadAttention, trainable
+                raise RuntimeError(
+                    f"{type(self.model).__name__} takes images, but traced targets run only the image-text dual "
+                    "encoders and models with a traced_vision_tower hook (backend/graph/architectures/)."
+                )
+            self.model.requires_grad_(False)  # a pooling head of torch's MultiheadAttention is trainable
             int32_buffers(self.model)
             aten_vision_attention(self.model)
             self.vision = VisionGraphs(*tower, self.model_config.dtype)
@@ -135,7 +140,7 @@ class BundledModelRunner(CPUModelRunner):
         self.methods = sorted({head.method for head in self.heads.values()})
         self.takes_token_types = "token_type_ids" in _parameters(self.model.forward)
         if self.bundled.rows:  # static steps only: the host's token buckets need no attention cost
-            ratio = rows.attention_ratio(self.model_config.hf_text_config)
+            ratio = rows.attention_ratio(self.model_config.hf_text_config, self.bundled.gated_mlp)
             self.costs = rows.Costs(ratio, self.bundled.step_cost_tokens)
         if self.bundled.kernels == "host":
             fuse = fuse_epilogues(self.model_config.dtype)
@@ -248,7 +253,7 @@ class BundledModelRunner(CPUModelRunner):
         inputs_embeds: torch.Tensor | None = None,
         **model_kwargs: Any,
     ) -> torch.Tensor:
-        # Multimodal models (CLIP, SigLIP) take every step as embeddings: vLLM's runner has put the vision tower's
+        # Multimodal models take every step as embeddings: vLLM's runner has put the vision tower's
         # vectors and the text tokens' embeddings into inputs_embeds before the graph.
         embeds_refused = inputs_embeds is not None and not self.supports_mm_inputs
         if intermediate_tensors is not None or embeds_refused or (input_ids is None and inputs_embeds is None):
@@ -261,8 +266,8 @@ class BundledModelRunner(CPUModelRunner):
         num_reqs = self.input_batch.num_reqs
         query_start = self.query_start_loc.cpu[: num_reqs + 1].numpy()
         real = int(query_start[-1])
-        # Stale inputs from earlier steps would make padding depend on history (vLLM's SigLIP even reads the
-        # positions to find where each prompt ends).
+        # Stale inputs from earlier steps would make padding depend on history (a text tower that pools the
+        # last token reads the positions to find where each prompt ends).
         for tensor in [*steps_inputs, *([positions] if positions is not None else [])]:
             tensor[real:].zero_()
         token_types = model_kwargs.get("token_type_ids")

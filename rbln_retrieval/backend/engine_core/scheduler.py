@@ -28,7 +28,7 @@ class PackingScheduler(Scheduler):
         self.step_cost = bundled.step_cost_tokens
         self.shapes = bundled.shapes if bundled.rows else None
         if self.shapes is not None:
-            ratio = rows.attention_ratio(self.vllm_config.model_config.hf_text_config)
+            ratio = rows.attention_ratio(self.vllm_config.model_config.hf_text_config, bundled.gated_mlp)
             self.costs = rows.Costs(ratio, self.step_cost)
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:

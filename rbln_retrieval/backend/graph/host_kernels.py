@@ -2,7 +2,7 @@
 
 vLLM's stock CPU runner fuses RMSNorm through Inductor; the bundled runner does not compile on the host, and
 vLLM registers its C RMSNorm kernels for GPUs only, so eager RMSNorm would run as six torch ops with float32
-round trips, many times slower than the C kernel (bench/backend.py measures a Qwen3 step both ways).
+round trips, many times slower than the C kernel (bench/backend.py measures a decoder's step both ways).
 The platform imports this module (``import_ir_kernels``) and puts these implementations first only for engines
 with host kernels (``BundledConfig.kernels``); the NPU's graphs keep the torch implementation.
 """
@@ -40,7 +40,7 @@ def _weighted_same_dtype(x: Tensor, weight: Tensor | None, variance_size: int | 
     supports_args=lambda x, weight, epsilon, variance_size=None: _weighted_same_dtype(x, weight, variance_size),
 )
 def rms_norm(x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None) -> Tensor:
-    # The kernel assumes packed rows; Qwen3's per-head q/k norms pass strided views of the qkv projection.
+    # The kernel assumes packed rows; per-head q/k norms pass strided views of the qkv projection.
     x = x.contiguous()
     output = torch.empty_like(x)
     C_OPS.rms_norm(output, x, weight, epsilon)

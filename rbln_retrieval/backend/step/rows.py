@@ -26,7 +26,7 @@ import numpy as np
 ALIGN = 64  # the RBLN compiler's token granularity: every token dimension of a graph is a multiple of it
 DEFAULT_ROW_WIDTH = 256
 # Multi-row shapes stop here unless the caller sets a larger step budget: long-context models would otherwise
-# get a step budget of their full length (32k tokens for Qwen3) and 128-row graphs.
+# get a step budget of their full length (32k tokens for a long-context decoder) and 128-row graphs.
 DEFAULT_ROW_STEP = 4096
 MAX_SHAPES = 16
 
@@ -78,17 +78,17 @@ def check_shapes(shapes: Sequence[Sequence[int]], max_length: int) -> list[Shape
     return sorted(set(out), key=lambda s: (s[0] * s[1], s[1]))
 
 
-def attention_ratio(hf_config: Any) -> float:
+def attention_ratio(hf_config: Any, gated_mlp: bool = True) -> float:
     """Token-linear FLOPs per token over attention FLOPs per (query, key) pair, per layer: how many keys of
-    padding cost as much as one token of weights. Read from the model's config; gated MLPs have three matrices."""
+    padding cost as much as one token of weights. Read from the model's config; a gated MLP (``gated_mlp``, the
+    family's preset says) has three matrices."""
     hidden = int(hf_config.hidden_size)
     heads = int(hf_config.num_attention_heads)
     head_dim = int(getattr(hf_config, "head_dim", None) or hidden // heads)
     kv_heads = int(getattr(hf_config, "num_key_value_heads", None) or heads)
     inner = int(getattr(hf_config, "intermediate_size", None) or 4 * hidden)
-    gated = getattr(hf_config, "model_type", "") not in {"bert", "roberta", "xlm-roberta", "nomic_bert", "new"}
     q, kv = heads * head_dim, kv_heads * head_dim
-    linear = 2 * (hidden * q + 2 * hidden * kv + q * hidden + (3 if gated else 2) * hidden * inner)
+    linear = 2 * (hidden * q + 2 * hidden * kv + q * hidden + (3 if gated_mlp else 2) * hidden * inner)
     return linear / (4 * q)
 
 

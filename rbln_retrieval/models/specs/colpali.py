@@ -5,8 +5,9 @@ The prompts are ColPaliProcessor's, read from the checkpoint's processor_config.
 ``<image> x image_seq_length + <bos> + visual_prompt_prefix + "\\n"`` (vLLM's PaliGemma processor puts the image
 tokens and <bos> before the prompt given here); a query is ``<bos> + query_prefix + query + <pad> x 10 + "\\n"``
 (``process_queries``: ten query augmentation tokens, the tokenizer's pad token). Every text is a query. vLLM runs it
-as the bundled backend's RblnColPaliModel (backend/graph/colpali.py: the projection's bias, bidirectional attention),
-which returns every prompt token's normalized projection, image tokens included, as transformers does.
+as the bundled backend's RblnColPaliModel (backend/graph/architectures/colpali.py: the projection's bias,
+bidirectional attention), which returns every prompt token's normalized projection, image tokens included, as
+transformers does.
 
 Imports: errors, models (files, spec).
 """
@@ -20,7 +21,7 @@ from rbln_retrieval.models.files import read_json
 from rbln_retrieval.models.spec import Checkpoint, FamilySpec, Scoring
 
 ARCH = "ColPaliForRetrieval"
-BUNDLED_MODEL = "RblnColPaliModel"  # rbln_retrieval.backend.graph.colpali defines it
+BUNDLED_MODEL = "RblnColPaliModel"  # rbln_retrieval.backend.graph.architectures.colpali defines it
 AUGMENTATION_TOKENS = 10  # ColPaliProcessor's query suffix: its query augmentation token ten times
 
 

@@ -5,7 +5,7 @@ The recipe (naver/splade, sentence-transformers' SparseEncoder): per vocabulary 
 log(1 + relu(MLM logit)) over the text's tokens. Two layouts are recognized: sentence-transformers' files
 (``modules.json`` holding an ``MLMTransformer`` and a ``SpladePooling`` module) and the bare transformers checkpoint
 older releases are (``config.json`` naming ``BertForMaskedLM``). vLLM runs it as BertSpladeSparseEmbeddingModel
-(the bundled backend's fix of its loader, rbln_retrieval.backend.graph.splade, is named in hf_overrides).
+(the bundled backend's fix of its loader, rbln_retrieval.backend.graph.architectures.splade, is named in hf_overrides).
 
 Imports: errors, models (files, spec).
 """
@@ -20,7 +20,7 @@ from rbln_retrieval.models.files import read_json
 from rbln_retrieval.models.spec import Checkpoint, FamilySpec, Scoring
 
 SPLADE_ARCHS = {"BertForMaskedLM"}
-# The architecture rbln_retrieval.backend.graph.splade defines for vLLM (vLLM's own, with its weight loading fixed).
+# The architecture backend/graph/architectures/splade.py defines for vLLM (vLLM's own, its weight loading fixed).
 SPLADE_OVERRIDES = {"architectures": ["RblnBertSpladeModel"]}
 # sentence-transformers' SparseEncoder modules of a SPLADE checkpoint, by the end of their type name.
 _SPLADE_MODULES = ("MLMTransformer", "SpladePooling")

@@ -7,7 +7,7 @@ sequences found by ``torch.where`` on the host to flip them). Here:
 
 - ``VisionGraphs``: the tower, its pooling and projection (vLLM's ``get_image_features``: the image_embeds of
   transformers' ``get_image_features``; for ColPali the SigLIP tower and PaliGemma's projector, the image tokens'
-  input embeddings, ``graph.colpali``) at the model's fixed image size, one graph per image-count bucket. A step's
+  input embeddings, ``colpali``) at the model's fixed image size, one graph per image-count bucket. A step's
   images are padded to the next bucket with zero images whose rows are dropped; more than the largest bucket holds
   go through it in turns. Pixels enter flattened (``3 x size x size`` values per image, zero-padded to a multiple
   of 64) and are reshaped in the graph.

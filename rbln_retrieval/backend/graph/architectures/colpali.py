@@ -9,9 +9,10 @@ are transformers' ColPaliForRetrieval's.
   bidirectionally over the whole prompt. Here every Gemma layer's attention is encoder-only (no causal mask, no KV
   cache), which is that attention.
 - Loading: checkpoints saved by transformers 5 name the vision tower's weights without ``vision_model.``.
-- Traced targets: ``vision_tower`` names the image tokens' embeddings (SigLIP's tower, then PaliGemma's projector:
-  vLLM's ``embed_multimodal`` for pixels) for the runner's static vision graphs; vLLM's runner merges them into the
-  step's input embeddings on the host, and the Gemma runs in the step graphs as any text model does.
+- Traced targets: ``traced_vision_tower`` (the runner's hook) names the image tokens' embeddings (SigLIP's tower,
+  then PaliGemma's projector: vLLM's ``embed_multimodal`` for pixels) for the runner's static vision graphs; vLLM's
+  runner merges them into the step's input embeddings on the host, and the Gemma runs in the step graphs as any
+  text model does.
 - Processing: the image tokens and <bos> go first whatever the tokenizer's add_bos_token says, as ColPaliProcessor
   puts them; PaliGemma's vision tower is SigLIP's, named directly (vLLM's lookup imports torchvision).
 
@@ -21,7 +22,7 @@ Imports: vllm, torch.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
@@ -67,18 +68,15 @@ class RblnColPaliModel(ColPaliModel):
         tokens' positions."""
         return self.multi_modal_projector(self.vision_tower(pixel_values))
 
+    def traced_vision_tower(self) -> tuple[Callable[[torch.Tensor], torch.Tensor], int]:
+        """The runner's hook on traced targets: the vision entry its graphs run (pixels -> image-token embeddings)
+        and the fixed image size."""
+        return self.image_features, int(self.config.vision_config.image_size)
+
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         loaded: set[str] = super().load_weights((_vision_name(name), tensor) for name, tensor in weights)
         # A checkpoint without the bias keeps the zero it was built with.
         return loaded | {"custom_text_proj.bias", "pooler.head.projector.bias"}
-
-
-def vision_tower(model: nn.Module) -> tuple[Any, int] | None:
-    """ColPali's vision entry for traced targets (pixels -> image-token embeddings) and its fixed image size; None
-    for any other model."""
-    if not isinstance(model, RblnColPaliModel):
-        return None
-    return model.image_features, int(model.config.vision_config.image_size)
 
 
 def _vision_name(name: str) -> str:
