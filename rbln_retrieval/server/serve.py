@@ -210,9 +210,10 @@ def serve(
     """Run the server of ``model`` (one model, or several: each request names its own, served.py) in this process
     until SIGTERM or Ctrl-C; returns the exit code: 0 after a requested stop, ENGINE_DIED when an engine died under
     it, so that a supervisor restarts it. A model is a name, or an entry of a config file (config.py: a table or a
-    ModelEntry) with options of its own over ``options`` and the NPUs it runs on; each has its own engine.
-    ``limits`` bound the requests in flight, their queued tokens, a request's size and its upload time (default:
-    Limits()). A model that fails to start stops the server before it serves, naming it."""
+    ModelEntry) with options of its own over ``options``, the NPUs it runs on and limits of its own tightening
+    ``limits``; each has its own engine. ``limits`` bound the requests in flight, their queued tokens, a request's
+    size and its upload time (default: Limits()). A model that fails to start stops the server before it serves,
+    naming it."""
     api_key = api_key or os.environ.get("RBLN_API_KEY")
     limits = as_limits(limits)
     entries, setups = entry_setups(model, limits, options, host=host, port=port, api_key=api_key, vllm_args=vllm_args)
