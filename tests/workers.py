@@ -43,6 +43,7 @@ EXPECTED_SECONDS = {
     "tests/server/test_http_clients.py": 320,
     "tests/user_lane/test_examples.py": 260,
     "tests/server/test_multi_model_serve.py": 250,
+    "tests/server/test_npu_placement.py": 150,
     "tests/frameworks/test_shared_engine.py": 220,
     "tests/server/test_http_fuzz.py": 200,
     "tests/backend/test_rbln_target.py": 200,

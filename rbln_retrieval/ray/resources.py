@@ -14,16 +14,23 @@ RBLN_DEVICES_ENV = "RBLN_DEVICES"
 RBLN_VISIBLE_DEVICES_ENV = "RBLN_VISIBLE_DEVICES"
 
 
-def engine_resources(num_cpus: float | None = None) -> dict[str, Any]:
-    """Ray remote arguments for one engine actor: ``{"resources": {"RBLN": 1}}`` (plus ``num_cpus`` for
-    tokenization and the host side, default 1) when the connected cluster declares RBLN NPUs, else ``num_cpus``
-    CPUs (default 1). Connects to Ray (``ray.init()``) if the caller has not."""
+def engine_resources(num_cpus: float | None = None, npus: int = 1) -> dict[str, Any]:
+    """Ray remote arguments for one engine actor (or a replica of several engines on ``npus`` NPUs):
+    ``{"resources": {"RBLN": npus}}`` (plus ``num_cpus`` for tokenization and the host side, default 1) when the
+    connected cluster declares RBLN NPUs, else ``num_cpus`` CPUs (default 1). Connects to Ray (``ray.init()``) if
+    the caller has not."""
     if not ray.is_initialized():
         ray.init()
     cpus = 1.0 if num_cpus is None else num_cpus
     if ray.cluster_resources().get(RBLN_RESOURCE, 0) >= 1:
-        return {"num_cpus": cpus, "resources": {RBLN_RESOURCE: 1}}
+        return {"num_cpus": cpus, "resources": {RBLN_RESOURCE: npus}}
     return {"num_cpus": cpus}
+
+
+def assigned_npus() -> list[str]:
+    """The NPUs Ray gave this actor (RBLN_DEVICES, or RBLN_VISIBLE_DEVICES once an engine folded it), in order."""
+    given = os.environ.get(RBLN_VISIBLE_DEVICES_ENV) or os.environ.get(RBLN_DEVICES_ENV) or ""
+    return [device.strip() for device in given.split(",") if device.strip()]
 
 
 def announce_placement(what: str) -> None:

@@ -4,11 +4,12 @@ the entries serve() takes in place of model names.
 A TOML file (read by the standard library's tomllib: no parser to install, and the format of pyproject.toml) holds
 one ``[[models]]`` table a model. Its keys are the engine options' own names (rbln_retrieval.engines.options:
 SourceOptions and ComputeOptions, the vocabulary the CLI's flags and the framework objects' fields come from),
-plus ``model`` (a directory or a Hugging Face id) and ``npus`` (the NPU ids the model runs on, RBLN_VISIBLE_DEVICES
-for its engine; ignored where the model runs on the CPU, so one file serves an NPU host and a laptop). A bad file
-is refused with one sentence a bad field, each naming the file, the entry and the key.
+plus ``model`` (a directory or a Hugging Face id), ``npus`` (the NPU ids the model runs on, RBLN_VISIBLE_DEVICES
+for its engine; ignored where the model runs on the CPU, so one file serves an NPU host and a laptop) and the limits
+a model may set for itself (limits.py's MODEL_LIMITS, the names of serve's flags: they tighten the server's for this
+model). A bad file is refused with one sentence a bad field, each naming the file, the entry and the key.
 
-Imports: engines (options), backend (the NPU-visibility variable); pydantic, tomllib.
+Imports: engines (options), backend (the NPU-visibility variable), server (limits); pydantic, tomllib.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from rbln_retrieval.backend import VISIBLE_DEVICES_ENV
 from rbln_retrieval.engines.options import ComputeOptions, SourceOptions
+from rbln_retrieval.server.limits import MODEL_LIMITS
 
 
 class ModelEntry(ComputeOptions, SourceOptions):
@@ -34,9 +36,23 @@ class ModelEntry(ComputeOptions, SourceOptions):
     npus: list[Annotated[int, Field(ge=0)]] | None = Field(default=None, min_length=1)
     """The NPU ids this model runs on (RBLN_VISIBLE_DEVICES of its engine); unset: the NPUs the server may use."""
 
+    limits: dict[str, Annotated[int, Field(ge=1)]] = Field(default_factory=dict)
+    """This model's own limits (MODEL_LIMITS keys, given as keys of the entry itself), tightening the server's."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gather_limits(cls, table: Any) -> Any:
+        """An entry's limit keys stand beside its other keys, as serve's flags do; they are kept under ``limits``."""
+        if not isinstance(table, dict):
+            return table
+        if "limits" in table:  # not a key of an entry: made invalid, so it is refused as an unknown key is
+            return {**table, "limits": None}
+        own = {name: table[name] for name in MODEL_LIMITS if name in table}
+        return {**{key: value for key, value in table.items() if key not in own}, "limits": own}
+
     def options(self, defaults: dict[str, Any]) -> dict[str, Any]:
         """The engine options of this model: those set in its entry, over the server's ``defaults``."""
-        return {**defaults, **self.model_dump(exclude={"model", "npus"}, exclude_unset=True)}
+        return {**defaults, **self.model_dump(exclude={"model", "npus", "limits"}, exclude_unset=True)}
 
     def device_env(self) -> dict[str, str]:
         """The environment its engine starts in on an NPU: the NPUs named for it."""
@@ -57,9 +73,9 @@ def model_entry(entry: str | dict[str, Any] | ModelEntry, where: str = "the mode
 
 
 def _sentence(where: str, problem: Any) -> str:
-    key = ".".join(str(part) for part in problem["loc"]) or "(the entry)"
-    if problem["type"] == "extra_forbidden":
-        known = ", ".join(sorted(ModelEntry.model_fields))
+    key = ".".join(str(part) for part in problem["loc"]).removeprefix("limits.") or "(the entry)"
+    if problem["type"] == "extra_forbidden" or key == "limits":
+        known = ", ".join(sorted({*ModelEntry.model_fields, *MODEL_LIMITS} - {"limits"}))
         return f"{where}: {key} is not an option of a served model (those are: {known})."
     if problem["type"] == "missing":
         return f"{where}: {key} is missing; every model needs one."

@@ -12,19 +12,26 @@ tokenization than max_queued_tokens. A body's upload has a deadline (upload_seco
 gets 408 and its slot back, so slow senders cannot hold every slot. Refusals are answered in the route's dialect
 (the app's ``error``).
 
-Imports: server (cost); nothing else beyond the standard library (an ASGI app needs no framework; the CLI reads its
-options here).
+A served model may have bounds of its own (a config entry's limit keys, MODEL_LIMITS: the same names): they tighten
+the server's for that model's requests (its Gate), so a slow reranker cannot take every slot of a server it shares
+with an embedder. The server's bounds still hold for every request together; a model's are applied once its request
+picked it (served.py), which is after the body arrived: a body's upload time is the server's alone.
+
+Imports: server (check, cost); nothing else beyond the standard library (an ASGI app needs no framework; the CLI
+reads its options here).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NoReturn
 
+from rbln_retrieval.server.check import Refused
 from rbln_retrieval.server.cost import Cost, request_cost
 
 RETRY_AFTER_SECONDS = 1
@@ -56,25 +63,85 @@ class Limits:
         """What the description route tells clients, which split their calls under these bounds."""
         return asdict(self)
 
-    def refusal(self, cost: Cost) -> str | None:
-        """The sentence refusing a request of ``cost`` whatever else is in flight (HTTP 413), or None."""
+    def refusal(self, cost: Cost, whose: str = "the server's") -> str | None:
+        """The sentence refusing a request of ``cost`` whatever else is in flight (HTTP 413), or None; ``whose``
+        limits these are, in the sentence."""
         if self.max_inputs_per_request is not None and cost.inputs > self.max_inputs_per_request:
             return (
-                f"The request has {cost.inputs} items in `{cost.what}`, over the server's max_inputs_per_request of "
+                f"The request has {cost.inputs} items in `{cost.what}`, over {whose} max_inputs_per_request of "
                 f"{self.max_inputs_per_request}; split it into smaller requests."
             )
         if self.max_input_chars is not None and cost.longest is not None and cost.longest[1] > self.max_input_chars:
             name, chars = cost.longest
             return (
-                f"`{name}` is {chars} characters, over the server's max_input_chars of {self.max_input_chars}; "
+                f"`{name}` is {chars} characters, over {whose} max_input_chars of {self.max_input_chars}; "
                 "shorten it (only the model's max length in tokens is kept of it) or split it."
             )
         if self.max_queued_tokens is not None and cost.tokens > self.max_queued_tokens:
             return (
-                f"The request costs about {cost.tokens} tokens to tokenize ({cost.basis}), over the server's "
+                f"The request costs about {cost.tokens} tokens to tokenize ({cost.basis}), over {whose} "
                 f"max_queued_tokens of {self.max_queued_tokens}; split it into smaller requests."
             )
         return None
+
+    def tightened(self, own: dict[str, int], model: str) -> Limits:
+        """These bounds with ``model``'s ``own`` (MODEL_LIMITS keys) in place; an own bound looser than the
+        server's is refused naming it, since the server's bound would still hold."""
+        for name, value in own.items():
+            if name not in MODEL_LIMITS:
+                known = ", ".join(MODEL_LIMITS)
+                raise ValueError(f"{model}: {name} is not a limit a model may set (those are: {known}).")
+            bound = getattr(self, name)
+            if bound is not None and value > bound:
+                raise ValueError(
+                    f"{model}: {name}={value} is over the server's {name} of {bound}; a model's limit can only "
+                    "tighten the server's."
+                )
+        return dataclasses.replace(self, **own)
+
+
+# The limits a served model may set for itself: all but the upload deadline, which runs before the body names it.
+MODEL_LIMITS = tuple(name for name in Limits.__dataclass_fields__ if name != "upload_seconds")
+
+
+class Gate:
+    """One served model's own bounds (its Limits, the server's tightened) and what its admitted requests hold of
+    them; one per model per server process (one event loop, so no lock)."""
+
+    def __init__(self, model: str, limits: Limits):
+        self.model, self.limits = model, limits
+        self.in_flight = 0
+        self.queued_tokens = 0
+
+    def admit(self, path: str, body: bytes) -> int:
+        """Take a slot and the tokens of a POST of ``body`` to ``path``, returning the tokens to give back through
+        release(); a request past this model's bounds is Refused (413 too large, 429 busy) naming the model."""
+        limits, whose = self.limits, f"the model {self.model}'s"
+        if limits.max_payload_bytes is not None and len(body) > limits.max_payload_bytes:
+            raise Refused(
+                f"The request body is {len(body)} bytes, over {whose} max_payload_bytes of "
+                f"{limits.max_payload_bytes}; split it into smaller requests.",
+                "too_large",
+            )
+        cost = request_cost(path, body)
+        if too_costly := limits.refusal(cost, whose):
+            raise Refused(too_costly, "too_large")
+        slots, tokens = limits.max_concurrent_requests, limits.max_queued_tokens
+        if slots is not None and self.in_flight >= slots:
+            self._busy(f"{self.in_flight} requests in flight, its max_concurrent_requests of {slots}")
+        if tokens is not None and self.queued_tokens + cost.tokens > tokens:
+            self._busy(f"{self.queued_tokens} tokens queued, near its max_queued_tokens of {tokens}")
+        self.in_flight += 1
+        self.queued_tokens += cost.tokens
+        return cost.tokens
+
+    def release(self, tokens: int) -> None:
+        """Give back what admit() took."""
+        self.in_flight -= 1
+        self.queued_tokens -= tokens
+
+    def _busy(self, busy: str) -> NoReturn:
+        raise Refused(f"The model {self.model} is busy ({busy}); retry after {RETRY_AFTER_SECONDS} s.", "overloaded")
 
 
 def openai_error(path: str, status: int, message: str) -> bytes:

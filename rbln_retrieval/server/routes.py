@@ -9,7 +9,7 @@ cohere_routes.py (Cohere v2), rerank_routes.py (Jina/vLLM rerank), own_routes.py
 quantized and token-level outputs); app.py gathers them into the table and adds the probes (/health, /ping,
 /metrics, /version).
 
-Imports: server (check, media, metrics, responses, served); FastAPI and pydantic; the standard library.
+Imports: server (check, limits, media, metrics, responses, served); FastAPI and pydantic; the standard library.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from rbln_retrieval.server.check import Dialect, Refused, error_body, parse_request, status_of
+from rbln_retrieval.server.limits import RETRY_AFTER_SECONDS
 from rbln_retrieval.server.media import MediaCheck
 from rbln_retrieval.server.metrics import observe
 from rbln_retrieval.server.responses import error_responses
@@ -117,17 +118,22 @@ def _endpoint(
 ) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
         began = time.perf_counter()
-        context = Context(models.for_request(), media, request.headers.get("x-request-id") or uuid.uuid4().hex)
-        response = await answered(request, context)
+        body = None if route.request is None else await request.body()
+        table = models.for_request(route.path, body)
+        context = Context(table, media, request.headers.get("x-request-id") or uuid.uuid4().hex)
+        try:
+            response = await answered(request, context, body)
+        finally:
+            table.release()
         observe(context.models.picked, route.path, response.status_code, time.perf_counter() - began)
         return response
 
-    async def answered(request: Request, context: Context) -> Response:
+    async def answered(request: Request, context: Context, body: bytes | None) -> Response:
         request_id = context.request_id
         if log_requests:
             logger.info("Added request %s: %s %s", request_id, route.method, route.path)
         try:
-            typed = None if route.request is None else parse_request(await request.body(), route.request)
+            typed = None if route.request is None or body is None else parse_request(body, route.request)
             answer = await _unless_disconnected(request, route.handler(context, typed))
             if answer is None:  # the client left and its work was cancelled: nobody reads this
                 return Response(status_code=CLIENT_CLOSED_REQUEST)
@@ -167,4 +173,6 @@ async def _disconnect(request: Request) -> None:
 
 def refusal(dialect: Dialect, refused: Refused) -> JSONResponse:
     status = status_of(dialect, refused.kind)
-    return JSONResponse(error_body(dialect, status, refused.message, refused.kind), status_code=status)
+    # A busy model is retried as a busy server is (limits.py's Backpressure answers the same header).
+    headers = {"retry-after": str(RETRY_AFTER_SECONDS)} if refused.kind == "overloaded" else None
+    return JSONResponse(error_body(dialect, status, refused.message, refused.kind), status_code=status, headers=headers)

@@ -108,6 +108,8 @@ class ServerSetup:
     target: str | None
     description: dict[str, Any]
     engine: LocalModel
+    limits: Limits = dataclasses.field(default_factory=Limits)
+    """The bounds the model is served under: the server's, tightened by its config entry's."""
 
 
 def server_args(
@@ -188,7 +190,7 @@ def server_setup(
         resolved, options=opts.model_copy(update={**in_process, "engine_kwargs": engine_kwargs})
     )
     description = describe(source.name, family, limits, weights_fingerprint(source.path))
-    return ServerSetup(args, target, description, engine)
+    return ServerSetup(args, target, description, engine, limits or Limits())
 
 
 def _refuse_vllm_args(message: str) -> NoReturn:
@@ -208,27 +210,13 @@ def serve(
     """Run the server of ``model`` (one model, or several: each request names its own, served.py) in this process
     until SIGTERM or Ctrl-C; returns the exit code: 0 after a requested stop, ENGINE_DIED when an engine died under
     it, so that a supervisor restarts it. A model is a name, or an entry of a config file (config.py: a table or a
-    ModelEntry) with options of its own over ``options`` and the NPUs it runs on; each has its own engine.
-    ``limits`` bound the requests in flight, their queued tokens, a request's size and its upload time (default:
-    Limits()). A model that fails to start stops the server before it serves, naming it."""
+    ModelEntry) with options of its own over ``options``, the NPUs it runs on and limits of its own tightening
+    ``limits``; each has its own engine. ``limits`` bound the requests in flight, their queued tokens, a request's
+    size and its upload time (default: Limits()). A model that fails to start stops the server before it serves,
+    naming it."""
     api_key = api_key or os.environ.get("RBLN_API_KEY")
-    limits = limits if isinstance(limits, Limits) else Limits(**(limits or {}))
-    given = [model] if isinstance(model, str) else list(model)
-    entries = [model_entry(entry, f"model {number}") for number, entry in enumerate(given, 1)]
-    names = [entry.model for entry in entries]
-    setups = [
-        server_setup(
-            entry.model,
-            limits=limits,
-            host=host,
-            port=port,
-            api_key=api_key,
-            vllm_args=vllm_args,
-            **entry.options(options),
-        )
-        for entry in entries
-    ]
-    _refuse_twice_served(names, setups)
+    limits = as_limits(limits)
+    entries, setups = entry_setups(model, limits, options, host=host, port=port, api_key=api_key, vllm_args=vllm_args)
     import uvloop
 
     # A SIGTERM while the engines start interrupts the start; once uvicorn runs, it stops the server cleanly.
@@ -254,6 +242,38 @@ def serve(
                 engine.close()
             sock.close()
     return 0
+
+
+def as_limits(limits: Limits | dict[str, int | None] | None) -> Limits:
+    """``limits`` as Limits (a mapping of its fields, or None: the defaults)."""
+    return limits if isinstance(limits, Limits) else Limits(**(limits or {}))
+
+
+def served_entries(model: str | os.PathLike[str] | Sequence[Any]) -> list[ModelEntry]:
+    """What a server of ``model`` serves, one entry a model: one name, or several names or config entries (a table
+    of a config file, or a ModelEntry); a bad entry is refused naming its number."""
+    given = [model] if isinstance(model, str | os.PathLike) else list(model)
+    return [
+        model_entry(str(entry) if isinstance(entry, os.PathLike) else entry, f"model {number}")
+        for number, entry in enumerate(given, 1)
+    ]
+
+
+def entry_setups(
+    model: str | os.PathLike[str] | Sequence[Any], limits: Limits, options: dict[str, Any], **frontend: Any
+) -> tuple[list[ModelEntry], list[ServerSetup]]:
+    """The entries of ``model`` and the setup of each (its options over ``options``, its limits tightening
+    ``limits``, ``frontend``: server_setup's host, port, key and vLLM options), for `serve` and a Ray Serve replica
+    alike; a model served twice is refused."""
+    entries = served_entries(model)
+    setups = [
+        server_setup(
+            entry.model, limits=limits.tightened(entry.limits, entry.model), **frontend, **entry.options(options)
+        )
+        for entry in entries
+    ]
+    _refuse_twice_served([entry.model for entry in entries], setups)
+    return entries, setups
 
 
 def _refuse_twice_served(names: list[str], setups: list[ServerSetup]) -> None:
@@ -286,18 +306,20 @@ def build_served_app(engines: Any, setups: Any, limits: Limits) -> Any:
     """app.py's app over ``engines`` as ``setups`` serve them (one engine and setup, or lists of each in the same
     order; the same for `serve` and a Ray Serve replica); the frontend settings are the first setup's."""
     from rbln_retrieval.server.app import build_app
+    from rbln_retrieval.server.limits import Gate
     from rbln_retrieval.server.media import MediaCheck
     from rbln_retrieval.server.served import Served, ServedModels
 
     if isinstance(setups, ServerSetup):
         engines, setups = [engines], [setups]
     args = setups[0].args
-    models = ServedModels(
-        [
-            Served(setup.args.served_model_name[0], engine, setup.description)
-            for engine, setup in zip(engines, setups, strict=True)
-        ]
-    )
+    served = []
+    for engine, setup in zip(engines, setups, strict=True):
+        name = setup.args.served_model_name[0]
+        # A model's own gate only where its entry tightened the server's bounds.
+        gate = Gate(name, setup.limits) if setup.limits != limits else None
+        served.append(Served(name, engine, setup.description, gate))
+    models = ServedModels(served)
     return build_app(
         models,
         limits=limits,

@@ -7,7 +7,10 @@ or a bi-encoder scoring by its vectors) for scoring routes, and of several score
 cross-encoder), since a rerank request without a model (TEI's /rerank) means the reranker; when several could still
 answer, the request must name one. `rbln-retrieval serve MODEL [MODEL ...]` fills the table with one entry a model.
 
-Imports: engines (protocol), models (families), server (check).
+A model with bounds of its own (limits.py's Gate) admits a request when the request picks it: past its bounds the
+pick is refused naming the model, and the request gives its slot back when it is answered (release()).
+
+Imports: engines (protocol), models (families), server (check, limits).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any, Literal
 from rbln_retrieval.engines.protocol import RetrievalEngine
 from rbln_retrieval.models.families import ModelFamily
 from rbln_retrieval.server.check import Refused
+from rbln_retrieval.server.limits import Gate
 
 # What a route needs of its model: vectors of texts or images, scores of documents against a query, or just a model.
 Role = Literal["embed", "score", "any"]
@@ -26,11 +30,13 @@ Role = Literal["embed", "score", "any"]
 
 @dataclass(frozen=True)
 class Served:
-    """One served model: the name clients use, its engine and its description (GET DESCRIBE_PATH)."""
+    """One served model: the name clients use, its engine, its description (GET DESCRIBE_PATH) and its own bounds
+    (None: the server's only)."""
 
     name: str
     engine: RetrievalEngine
     description: dict[str, Any]
+    gate: Gate | None = None
 
     @property
     def family(self) -> ModelFamily:
@@ -49,12 +55,23 @@ class ServedModels(Mapping[str, Served]):
             raise ValueError("A server needs at least one model.")
         self._models = {model.name: model for model in models}
         self.picked: str | None = None  # the model a request's pick() chose (metrics.py labels by it)
+        self._request: tuple[str, bytes] | None = None
+        self._held: tuple[Gate, int] | None = None
 
-    def for_request(self) -> ServedModels:
-        """The same table for one request, recording the model its handler picks."""
+    def for_request(self, path: str, body: bytes | None) -> ServedModels:
+        """The same table for one request (a POST of ``body`` to ``path``; None: a GET), recording the model its
+        handler picks and what it holds of that model's bounds until release()."""
         table = ServedModels.__new__(ServedModels)
-        table._models, table.picked = self._models, None
+        table._models, table.picked, table._held = self._models, None, None
+        table._request = None if body is None else (path, body)
         return table
+
+    def release(self) -> None:
+        """Give back the slot the request's pick took of its model's bounds, once it is answered."""
+        if self._held is not None:
+            gate, tokens = self._held
+            self._held = None
+            gate.release(tokens)
 
     def __getitem__(self, name: str) -> Served:
         return self._models[name]
@@ -70,6 +87,8 @@ class ServedModels(Mapping[str, Served]):
         (404 for an unknown name, the route's wrong-model status for a model that cannot answer it)."""
         served = self._pick(name, role)
         self.picked = served.name
+        if served.gate is not None and self._request is not None and self._held is None:
+            self._held = served.gate, served.gate.admit(*self._request)
         return served
 
     def _pick(self, name: str | None, role: Role) -> Served:

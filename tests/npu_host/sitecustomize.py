@@ -1,4 +1,5 @@
-"""Test-only, never shipped: the simulated NPU host of tests/user_lane/test_user_lane.py has one device node.
+"""Test-only, never shipped: the NPU host the user lane (tests/user_lane/test_user_lane.py) simulates has one device
+node, or as many as REBEL_STANDIN_DEVICES says (the stand-in compiler's count of NPUs, tests/standin).
 
 rbln-retrieval counts NPUs by their device nodes (/dev/rbln0, ...), which a test cannot create. Python imports this
 module at start-up when its folder is on PYTHONPATH (with tests/standin, the stand-in for rebel-compiler, beside it),
@@ -8,6 +9,7 @@ sitecustomize on the path, which this one shadows (the suite's engine-start coun
 
 import glob
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -16,7 +18,9 @@ _glob = glob.glob
 
 
 def _with_the_device(pathname, *args, **kwargs):
-    return ["/dev/rbln0"] if pathname == DEVICE_NODES else _glob(pathname, *args, **kwargs)
+    if pathname != DEVICE_NODES:
+        return _glob(pathname, *args, **kwargs)
+    return [f"/dev/rbln{index}" for index in range(int(os.environ.get("REBEL_STANDIN_DEVICES", "1")))]
 
 
 glob.glob = _with_the_device

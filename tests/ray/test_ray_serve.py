@@ -1,6 +1,8 @@
-"""Ray Serve: two replicas of the app `rbln-retrieval serve` builds, behind Ray's proxy, guard the same routes with
-the same key and size limit, answer RemoteEngine exactly as local embedding does, and keep answering when one
-replica is killed."""
+"""Ray Serve: two replicas of the app `rbln-retrieval serve` builds, behind Ray's proxy, each serving MiniLM and a
+tiny cross-encoder from config entries as `serve --config` reads them (one app, dispatching by ``model``, the
+reranker's own limit refusing its requests only), guard the same routes with the same key and size limit, answer
+RemoteEngine exactly as local embedding does, and keep answering when one replica is killed. An entry's ``npus``
+are positions among the NPUs Ray gives the replica."""
 
 from __future__ import annotations
 
@@ -19,12 +21,14 @@ from ray import serve
 from servers import GUARDED, PROBES, free_port
 
 from rbln_retrieval.engines.protocol import DESCRIBE_PATH, QUANTIZED_EMBED_PATH
-from rbln_retrieval.ray.serve import pooling_app
+from rbln_retrieval.ray.serve import pooling_app, replica_devices, replica_npus
 from rbln_retrieval.remote import RemoteAuthError, RemoteEngine
+from rbln_retrieval.server.config import model_entry
 
 pytestmark = pytest.mark.ray
 
 API_KEY = "ray-serve-key-8d1e"
+RERANKER_MAX_CHARS = 300  # the reranker entry's own limit; MiniLM takes the server's
 
 
 def replicas() -> list[dict]:
@@ -36,10 +40,19 @@ def replicas() -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def proxy_url(ray_cluster, minilm):
+def reranker(tiny_models) -> str:
+    return str(tiny_models["bert-cross-encoder"])
+
+
+@pytest.fixture(scope="module")
+def proxy_url(ray_cluster, minilm, reranker, tmp_path_factory):
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
-    app = pooling_app(str(minilm), api_key=API_KEY, num_replicas=2, num_cpus=0.5, device="cpu", dtype="float32")
+    config = tmp_path_factory.mktemp("ray-serve") / "models.toml"
+    config.write_text(
+        f'[[models]]\nmodel = "{minilm}"\n\n[[models]]\nmodel = "{reranker}"\nmax_input_chars = {RERANKER_MAX_CHARS}\n'
+    )
+    app = pooling_app(config=config, api_key=API_KEY, num_replicas=2, num_cpus=0.5, device="cpu", dtype="float32")
     serve.run(app, name="retrieval", route_prefix="/")
     try:
         yield f"http://127.0.0.1:{port}"
@@ -47,7 +60,7 @@ def proxy_url(ray_cluster, minilm):
         serve.shutdown()
 
 
-def test_same_routes_key_and_limits_as_rbln_retrieval_serve(proxy_url, minilm):
+def test_same_routes_key_and_limits_as_rbln_retrieval_serve(proxy_url, minilm, reranker):
     headers = {"Authorization": f"Bearer {API_KEY}"}
     with httpx.Client(base_url=proxy_url, timeout=120) as client:
         for path in PROBES:
@@ -55,8 +68,9 @@ def test_same_routes_key_and_limits_as_rbln_retrieval_serve(proxy_url, minilm):
         for method, path in GUARDED:
             assert client.request(method, path, json={}).status_code == 401, (method, path)
         models = client.get("/v1/models", headers=headers).json()
-        assert [m["id"] for m in models["data"]] == [str(minilm)]
-        assert client.get(DESCRIBE_PATH, headers=headers).json()["model"] == str(minilm)
+        assert [m["id"] for m in models["data"]] == [str(minilm), reranker]
+        described = client.get(DESCRIBE_PATH, headers=headers).json()["models"]
+        assert [d["model"] for d in described] == [str(minilm), reranker]
         body = {"model": str(minilm), "input": ["x"], "precision": "binary"}
         quantized = client.post(QUANTIZED_EMBED_PATH, json=body, headers=headers)
         assert quantized.status_code == 200, quantized.text
@@ -64,6 +78,36 @@ def test_same_routes_key_and_limits_as_rbln_retrieval_serve(proxy_url, minilm):
         assert too_big.status_code == 413, too_big.text
     with RemoteEngine(minilm, base_url=proxy_url, api_key="wrong") as remote, pytest.raises(RemoteAuthError):
         remote.embed(["x"])
+
+
+def test_one_app_serves_both_models_by_name_each_under_its_own_limits(proxy_url, minilm, reranker):
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    documents = ["a cat sat on the mat", "stocks fell sharply today"]
+    long = "word " * (RERANKER_MAX_CHARS // 5 + 1)
+    with httpx.Client(base_url=proxy_url, timeout=120, headers=headers) as client:
+        ranked = client.post("/v1/rerank", json={"model": reranker, "query": "a cat", "documents": documents})
+        assert ranked.status_code == 200, ranked.text
+        assert sorted(row["index"] for row in ranked.json()["results"]) == [0, 1]
+        tei = client.post("/rerank", json={"query": "a cat", "texts": documents})  # no model: the only reranker
+        assert tei.status_code == 200, tei.text
+        refused = client.post("/v1/rerank", json={"model": reranker, "query": "a cat", "documents": [long]})
+        assert refused.status_code == 413, refused.text
+        assert f"over the model {reranker}'s max_input_chars of {RERANKER_MAX_CHARS}" in refused.text
+        embedded = client.post("/v1/embeddings", json={"model": str(minilm), "input": [long]})
+        assert embedded.status_code == 200, embedded.text
+
+
+def test_an_entrys_npus_are_positions_among_the_npus_ray_gave_the_replica():
+    entries = [model_entry({"model": "a", "npus": [0]}), model_entry({"model": "b", "npus": [1, 2]})]
+    assert replica_npus(entries) == 3 and replica_npus([model_entry("c")]) == 1
+    assert replica_devices(entries[1], ["4", "5", "7"]) == {"RBLN_VISIBLE_DEVICES": "5,7"}
+    assert replica_devices(model_entry("c"), ["4"]) == {}, "unset: the replica's NPUs as Ray set them"
+    with pytest.raises(ValueError) as error:
+        replica_devices(entries[1], ["4", "5"])
+    assert str(error.value) == (
+        "b: npus=[1, 2] names the replica's NPU 2, but Ray gave the replica 2 (4,5); a replica asks for one more "
+        "than the highest named."
+    )
 
 
 def test_remote_engine_equals_local_and_survives_a_killed_replica(proxy_url, minilm, minilm_engine):
@@ -115,6 +159,10 @@ def test_the_replicas_bounds_are_the_servers_and_past_them_ray_answers_429(ray_c
     assert (deployment.backpressure_config.status_code, deployment.backpressure_config.retry_after_s) == (429, 1)
     unbounded = pooling_app("m", limits={"max_concurrent_requests": None}, device="cpu")._bound_deployment
     assert unbounded.max_queued_requests == -1, "an unbounded server leaves Ray's defaults"
+    with pytest.raises(ValueError, match=r"^m: max_concurrent_requests=9 is over the server's"):
+        pooling_app([{"model": "m", "max_concurrent_requests": 9}], limits={"max_concurrent_requests": 7})
+    with pytest.raises(ValueError, match=r"^pooling_app takes its models as `model` or from `config`"):
+        pooling_app("m", config="models.toml")
 
 
 def test_a_replica_whose_engine_died_is_replaced_and_requests_succeed_afterwards(proxy_url, minilm, minilm_engine):

@@ -1,10 +1,11 @@
 """`rbln-retrieval serve` of several models: an embedder, a cross-encoder and a SPLADE model (tiny random-weight
 ones) behind one server start. Every dialect's routes dispatch by the request's ``model`` (a rerank without one goes
 to the only reranker) and answer what each model's local engine answers; /v1/models and the description list the
-three, each with the options of its entry (the server is started from config entries, as `serve --config` reads
-them); RemoteEngine and the framework classes pick their model on the server by ``model``; a model that cannot be
-served stops `serve` before any engine starts, in one sentence naming it; a config file's bad fields are refused
-one sentence each, and docs/serving.md's config file is valid; /metrics counts each model's requests."""
+three, each with the options and limits of its entry (the server is started from config entries, as `serve
+--config` reads them: a request over the reranker's own limit is refused naming it while the embedder answers);
+RemoteEngine and the framework classes pick their model on the server by ``model``; a model that cannot be served
+stops `serve` before any engine starts, in one sentence naming it; a config file's bad fields are refused one
+sentence each, and docs/serving.md's config file is valid; /metrics counts each model's requests."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ TEXTS = ["a cat sat on the mat", "stocks fell sharply today", "the weather is mi
 QUERY = "a cat"
 CPU = {"device": "cpu", "dtype": "float32"}
 RERANKER_MAX_LENGTH = 64  # the reranker's entry's own option; the others take the model's limit
+RERANKER_MAX_CHARS = 200  # the reranker's entry's own limit; the others take the server's
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "serving.md"
 
 
@@ -57,7 +59,7 @@ def local(models, tiny_engine):
 @pytest.fixture(scope="module")
 def server(models, tmp_path_factory):
     entries = [{"model": path} for path in models.values()]
-    entries[1]["max_length"] = RERANKER_MAX_LENGTH
+    entries[1].update(max_length=RERANKER_MAX_LENGTH, max_input_chars=RERANKER_MAX_CHARS)
     server = Server(entries, tmp_path_factory.mktemp("multi") / "serve.log")
     try:
         server.wait_ready()
@@ -116,6 +118,20 @@ def test_a_request_that_names_no_model_or_the_wrong_one_is_refused_in_one_senten
     assert unknown.status_code == 404 and "is not served here" in unknown.text
     reranker = _post(server, "/v1/embeddings", {"model": models["reranker"], "input": TEXTS})
     assert 400 <= reranker.status_code < 500 and "reranker" in reranker.text
+
+
+def test_a_request_over_one_models_own_limit_is_refused_naming_it_while_the_others_answer(server, models):
+    long = "word " * (RERANKER_MAX_CHARS // 5 + 1)
+    refused = _post(server, "/v1/rerank", {"model": models["reranker"], "query": QUERY, "documents": [long]})
+    assert refused.status_code == 413, refused.text
+    assert refused.json()["error"]["message"] == (
+        f"`documents[0]` is {len(long)} characters, over the model {models['reranker']}'s max_input_chars of "
+        f"{RERANKER_MAX_CHARS}; shorten it (only the model's max length in tokens is kept of it) or split it."
+    )
+    assert _post(server, "/v1/embeddings", {"model": models["embedder"], "input": [long]}).status_code == 200
+    described = {d["model"]: d["limits"] for d in httpx.get(server.url + DESCRIBE_PATH, timeout=60).json()["models"]}
+    assert described[models["reranker"]]["max_input_chars"] == RERANKER_MAX_CHARS, "its clients split under it"
+    assert described[models["embedder"]]["max_input_chars"] > RERANKER_MAX_CHARS
 
 
 def test_remote_engines_and_framework_classes_pick_their_model_by_name(server, models, local):
@@ -194,7 +210,8 @@ def test_a_config_files_bad_fields_are_refused_one_sentence_each(tmp_path):
         f"{config}, model 1: dtype='float16' is refused: Input should be 'auto', 'float32' or 'bfloat16'.",
         f"{config}, model 1: npus.0=-1 is refused: Input should be greater than or equal to 0.",
         f"{config}, model 1: batch is not an option of a served model (those are: allow_pickle, cache_folder, "
-        "device, dtype, engine_kwargs, family, max_length, model, npus, revision, trust_remote_code).",
+        "device, dtype, engine_kwargs, family, max_concurrent_requests, max_input_chars, max_inputs_per_request, "
+        "max_length, max_payload_bytes, max_queued_tokens, model, npus, revision, trust_remote_code).",
         f"{config}, model 2: model is missing; every model needs one.",
     ]
     config.write_text('models = "m"\n')

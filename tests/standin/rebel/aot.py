@@ -13,6 +13,7 @@ returns a tensor (one output) or a list, written into ``out=`` buffers when give
 from __future__ import annotations
 
 import inspect
+import json
 import os
 from typing import Any
 
@@ -22,6 +23,8 @@ from rebel import contract
 
 RUNTIMES: list[dict[str, Any]] = []  # every runtime created: device, visible devices, artifact
 LOADED: list[str] = []  # every .rbln file loaded
+# A file each runtime created appends its record to (with its process and input shapes), one JSON line each.
+RUNTIME_LOG_ENV = "REBEL_STANDIN_RUNTIME_LOG"
 
 Bucket = list[tuple[str, list[int], str]]
 
@@ -119,6 +122,10 @@ class Runtime:
         RUNTIMES.append(
             {"device": device, "visible": os.environ.get("RBLN_VISIBLE_DEVICES"), "legacy": os.environ.get("RBLN_DEVICES"), "npu": model.npu}
         )
+        if log := os.environ.get(RUNTIME_LOG_ENV):  # for a test that sees the runtimes of other processes
+            shapes = [list(shape) for _, shape, _ in model.input_info[0]] if model.input_info else []
+            with open(log, "a", encoding="utf-8") as out:
+                out.write(json.dumps({**RUNTIMES[-1], "pid": os.getpid(), "shapes": shapes}) + "\n")
 
     def _bucket(self, args: tuple[torch.Tensor, ...]) -> int:
         first = self.model.input_info[0]
