@@ -133,6 +133,6 @@ def test_remote_engines_say_token_outputs_are_local_only(tiny_models, minilm):
         with RemoteEngine(str(minilm), base_url=server.url) as remote:
             with pytest.raises(ValueError, match=r"has no sparse .* so it cannot give output='sparse'"):
                 remote.embed(["a"], output="sparse")
-            with pytest.raises(ValueError, match=r"has no multi-vector \(ColBERT\) head"):
+            with pytest.raises(ValueError, match=r"has no multi-vector \(late-interaction\) head"):
                 remote.score("q", ["a"], output="multi_vector")
     assert server.posts == []

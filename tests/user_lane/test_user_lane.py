@@ -92,7 +92,7 @@ PLUGINS_PROBE = textwrap.dedent(
 
     print([ep.value for ep in entry_points(group="vllm.general_plugins") if ep.name == "rbln_retrieval"])
     print([name for name in sys.argv[1:] if name in ModelRegistry.get_supported_archs()])
-    print(any(name.startswith("rbln_retrieval.backend.graph.") for name in sys.modules))
+    print(any(name.startswith("rbln_retrieval.backend.graph.architectures.") for name in sys.modules))
     print(type(current_platform).__name__)
     """
 )

@@ -128,7 +128,7 @@ def test_reranker_with_late_interaction_ranks_by_maxsim(bge_m3, tiny_model, mini
     scores = dense.engine.score(TEXTS[0], TEXTS[1:9], output="multi_vector")
     assert [r["index"] for r in ranked] == _top(scores, 3)
     assert [r["relevance_score"] for r in ranked] == pytest.approx(sorted(scores, reverse=True)[:3], abs=1e-6)
-    with pytest.raises(ValueError, match=r"has no multi-vector \(ColBERT\) head \(family bi-encoder\)"):
+    with pytest.raises(ValueError, match=r"has no multi-vector \(late-interaction\) head \(family bi-encoder\)"):
         RBLNReranker(model=minilm, late_interaction=True, **cpu)
 
 

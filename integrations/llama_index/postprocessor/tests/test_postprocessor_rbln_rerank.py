@@ -203,7 +203,7 @@ def test_late_interaction_scores_bge_m3_by_maxsim(tiny_model, cross_encoder, cpu
     assert [n.score for n in reranked] == pytest.approx([by_id[n.node.node_id] for n in reranked], abs=TOL)
     assert [n.score for n in reranked] == sorted(expected, reverse=True)
     assert max(abs(a - b) for a, b in zip(expected, engine.score(QUERY, texts_of(nodes)))) > 1e-3
-    with pytest.raises(ValueError, match=r"has no multi-vector \(ColBERT\) head \(family cross-encoder\)"):
+    with pytest.raises(ValueError, match=r"has no multi-vector \(late-interaction\) head \(family cross-encoder\)"):
         RBLNReranker(model=cross_encoder, late_interaction=True, **cpu).postprocess_nodes(nodes, query_str=QUERY)
 
 
