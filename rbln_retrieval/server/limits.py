@@ -84,6 +84,13 @@ class Limits:
             )
         return None
 
+    def too_large(self, size: int, whose: str = "the server's") -> str:
+        """The sentence refusing a body of ``size`` bytes past max_payload_bytes (HTTP 413)."""
+        return (
+            f"The request body is {size} bytes, over {whose} max_payload_bytes of {self.max_payload_bytes}; split "
+            "it into smaller requests."
+        )
+
     def tightened(self, own: dict[str, int], model: str) -> Limits:
         """These bounds with ``model``'s ``own`` (MODEL_LIMITS keys) in place; an own bound looser than the
         server's is refused naming it, since the server's bound would still hold."""
@@ -118,11 +125,7 @@ class Gate:
         release(); a request past this model's bounds is Refused (413 too large, 429 busy) naming the model."""
         limits, whose = self.limits, f"the model {self.model}'s"
         if limits.max_payload_bytes is not None and len(body) > limits.max_payload_bytes:
-            raise Refused(
-                f"The request body is {len(body)} bytes, over {whose} max_payload_bytes of "
-                f"{limits.max_payload_bytes}; split it into smaller requests.",
-                "too_large",
-            )
+            raise Refused(limits.too_large(len(body), whose), "too_large")
         cost = request_cost(path, body)
         if too_costly := limits.refusal(cost, whose):
             raise Refused(too_costly, "too_large")
@@ -164,7 +167,7 @@ class Backpressure:
         limits, path = self.limits, _path(scope)
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if limits.max_payload_bytes is not None and declared is not None and int(declared) > limits.max_payload_bytes:
-            await self._refuse(send, 413, self.error(path, 413, self._too_large(int(declared))))
+            await self._refuse(send, 413, self.error(path, 413, limits.too_large(int(declared))))
             return
         if limits.max_concurrent_requests is not None and self.in_flight >= limits.max_concurrent_requests:
             bound = limits.max_concurrent_requests
@@ -189,7 +192,7 @@ class Backpressure:
             await self._refuse(send, 408, self.error(path, 408, message))
             return
         except _TooLarge as exc:
-            await self._refuse(send, 413, self.error(path, 413, self._too_large(exc.size)))
+            await self._refuse(send, 413, self.error(path, 413, limits.too_large(exc.size)))
             return
         if body is None:  # the client left
             return
@@ -236,12 +239,6 @@ class Backpressure:
     async def _busy(self, send: Any, path: str, busy: str) -> None:
         message = f"The server is busy ({busy}); retry after {RETRY_AFTER_SECONDS} s."
         await self._refuse(send, 429, self.error(path, 429, message), retry_after=True)
-
-    def _too_large(self, size: int) -> str:
-        return (
-            f"The request body is {size} bytes, over the server's max_payload_bytes of "
-            f"{self.limits.max_payload_bytes}; split it into smaller requests."
-        )
 
     @staticmethod
     async def _refuse(send: Any, status: int, body: bytes, retry_after: bool = False) -> None:
