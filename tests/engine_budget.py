@@ -5,7 +5,11 @@ the counts are what a new test adds to the suite's time.
 
 Counted: engines started in the test process (PoolingEngine, shared or not, including restarts), engines started
 in the processes the tests start (CLI, examples, Ray workers: tests/engine_count/sitecustomize.py, put on the
-PYTHONPATH the suite's subprocesses inherit) and servers (tests/servers.py). Loaded from the root conftest.py
+PYTHONPATH the suite's subprocesses inherit) and servers (tests/servers.py). A shared engine of the test process
+(``PoolingEngine.shared``: the session engines, framework objects with the tests' options) starts once per worker
+that needs it, and which worker needs it depends on how the files fell to the workers in that run: it counts as
+often as the worker that started it most often did, so the judged count is the same whichever worker ran what (the
+copies on other workers are printed beside it). Loaded from the root conftest.py
 (``pytest_plugins``); imports nothing of the test helpers but ``servers``. Under pytest-xdist each worker counts
 its own and hands its counts to the controller (``workeroutput``), which sums them, prints them and fails the
 session."""
@@ -34,6 +38,8 @@ def stated_limits() -> tuple[int, int]:
 
 
 COUNTED = ("in_process", "servers", "subprocesses")
+# The shared engine (its model's family, directory name and options) whose start is under way in this worker, if any.
+_starting_shared: str | None = None
 
 
 class EngineBudget:
@@ -45,22 +51,34 @@ class EngineBudget:
         self.in_process: Counter[str] = Counter()
         self.servers: Counter[str] = Counter()
         self.subprocesses: Counter[str] = Counter()
+        self.shared: Counter[str] = Counter()  # this worker's starts of each shared engine
+        self.shared_per_worker: list[Counter[str]] = []  # the controller's: each worker's ``shared``
 
     def read_subprocess_starts(self) -> None:
         if self.log.exists():
             self.subprocesses.update(self.log.read_text(encoding="utf-8").splitlines())
             self.log.unlink()
 
+    def shared_starts(self) -> tuple[Counter[str], int]:
+        """(each shared engine's starts in the worker that started it most often, the other workers' copies)."""
+        workers = self.shared_per_worker or [self.shared]
+        judged: Counter[str] = Counter()
+        for worker in workers:
+            judged |= worker
+        return judged, sum(sum(worker.values()) for worker in workers) - sum(judged.values())
+
     def totals(self) -> tuple[int, int]:
-        return sum(self.in_process.values()) + sum(self.subprocesses.values()), sum(self.servers.values())
+        shared = sum(self.shared_starts()[0].values())
+        return sum(self.in_process.values()) + sum(self.subprocesses.values()) + shared, sum(self.servers.values())
 
     def counts(self) -> dict[str, dict[str, int]]:
-        return {name: dict(getattr(self, name)) for name in COUNTED}
+        return {name: dict(getattr(self, name)) for name in (*COUNTED, "shared")}
 
     def add(self, counts: dict[str, dict[str, int]]) -> None:
         """Counts of another process's session (a worker's), added to these."""
         for name in COUNTED:
             getattr(self, name).update(counts[name])
+        self.shared_per_worker.append(Counter(counts["shared"]))
 
     def over(self) -> bool:
         engines, servers = self.totals()
@@ -78,6 +96,7 @@ def _current_file() -> str:
 def pytest_configure(config: pytest.Config) -> None:
     from servers import Server
 
+    from rbln_retrieval.engines.shared import EngineSpec
     from rbln_retrieval.local.engine import PoolingEngine
 
     log = Path(tempfile.mkdtemp(prefix="engine-starts-")) / "subprocesses"
@@ -91,10 +110,28 @@ def pytest_configure(config: pytest.Config) -> None:
     start = getattr(PoolingEngine._start, "__wrapped__", PoolingEngine._start)
 
     async def counted_start(self):
-        budget.in_process[_current_file()] += 1
+        if _starting_shared is not None:
+            budget.shared[_starting_shared] += 1
+        else:
+            budget.in_process[_current_file()] += 1
         await start(self)
 
     PoolingEngine._start = counted_start  # type: ignore[method-assign]
+    spec_start = EngineSpec.start
+
+    def shared_start(spec):
+        global _starting_shared
+        if not hasattr(spec.model, "path"):  # a remote client's engine: no engine starts here
+            return spec_start(spec)
+        _starting_shared = " ".join(
+            (spec.model.family.name, Path(spec.model.path).name, spec.options.model_dump_json(exclude_defaults=True))
+        )
+        try:
+            return spec_start(spec)
+        finally:
+            _starting_shared = None
+
+    EngineSpec.start = shared_start  # type: ignore[method-assign]
     server_init = Server.__init__
 
     def counted_server(self, *args, **kwargs):
@@ -122,6 +159,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+@pytest.hookimpl(trylast=True)  # after the slowest durations: the lines just above the summary, where CI logs end
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     budget = config.stash[BUDGET]
     engines, servers = budget.totals()
@@ -131,6 +169,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     elsewhere = sum(budget.subprocesses.values())
     write(f"engine starts: {engines} of at most {engine_limit} ({elsewhere} in processes the tests started)")
     write(f"server starts: {servers} of at most {server_limit}")
+    shared, copies = budget.shared_starts()
+    write(f"shared engines of the test processes: {sum(shared.values())} ({copies} more on other workers, not counted)")
+    for key, count in sorted(shared.items(), key=lambda item: (-item[1], item[0])):
+        write(f"  {count:7d}          {key}")
     engines_per_file = budget.in_process + budget.subprocesses
     write("  engines servers  file")
     for file in sorted(engines_per_file | budget.servers, key=lambda f: (-engines_per_file[f] - budget.servers[f], f)):

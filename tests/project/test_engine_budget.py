@@ -81,3 +81,31 @@ def test_two_workers_counts_add_up(pytester, monkeypatch, extra, status):
     engines, servers = engine_budget.stated_limits()
     result.stdout.fnmatch_lines([f"*engine starts: {engines - 1 + extra} of at most {engines} ({extra} in *"])
     result.stdout.fnmatch_lines([f"*server starts: {servers} of at most {servers}"])
+
+
+SHARED = """
+import engine_budget
+
+def test_{name}(request):
+    budget = request.config.stash[engine_budget.BUDGET]
+    budget.shared["bert bert-cls {{}}"] += {starts}
+    budget.in_process["tests/test_{name}.py"] += {engines}
+"""
+
+
+def test_a_shared_engine_started_on_both_workers_counts_as_the_busier_worker_started_it(pytester, monkeypatch):
+    """Each worker starts its own copy of a session engine, and which files need it on which worker varies from run
+    to run: the judged count takes the worker that started it most often (two starts), not the sum (three)."""
+    monkeypatch.setenv("PYTHONPATH", f"{TESTS}:{TESTS.parent}")
+    engines = engine_budget.stated_limits()[0]
+    pytester.makepyfile(
+        test_first=SHARED.format(name="first", starts=2, engines=engines - 2),
+        test_second=SHARED.format(name="second", starts=1, engines=0),
+    )
+    plugins = ["-p", "engine_budget", "-p", "workers", "-p", "no:cacheprovider"]
+    result = pytester.runpytest_subprocess(*plugins, "-n", "2", "--dist", "loadfile", "-v")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines_random(["*gw0*PASSED*", "*gw1*PASSED*"])
+    result.stdout.fnmatch_lines(
+        [f"*engine starts: {engines} of at most {engines} *", "*shared engines of the test processes: 2 (1 more *"]
+    )
