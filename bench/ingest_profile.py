@@ -302,7 +302,7 @@ def profile_ingest(engine: Any, texts: list[str]) -> dict[str, Any]:
         finally:
             step_seconds[0] += time.perf_counter() - tic
 
-    prefix = engine.family.document_prompt
+    prefix = engine.family.prompt.document_prompt
     tic = time.perf_counter()
     engine.tokenizer.encode_texts(texts, prefix, "end")
     tokenize_s = time.perf_counter() - tic
@@ -378,7 +378,7 @@ def main() -> None:
     )
     try:
         engine.embed(texts[:8])
-        tokens = sum(len(t.ids) for t in engine.tokenizer.encode_texts(texts, engine.family.document_prompt))
+        tokens = sum(len(t.ids) for t in engine.tokenizer.encode_texts(texts, engine.family.prompt.document_prompt))
         profile = profile_ingest(engine, texts)
         gemm_before = model_gemm_rate(path, args.dtype, 4096)
         tic = time.perf_counter()

@@ -71,7 +71,7 @@ def main() -> None:
                     got = engine.embed(texts)
                     family = engine.family
                     want = reference.embed(
-                        path, texts, pooling=family.pooling, max_length=512, prefix=family.document_prompt
+                        path, texts, pooling=family.pool.pooling, max_length=512, prefix=family.prompt.document_prompt
                     )
                 print(f"{name:28s} max abs diff vs transformers reference: {np.abs(np.asarray(got) - want).max():.2e}")
 

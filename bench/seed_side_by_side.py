@@ -105,7 +105,7 @@ def expected_vectors(family: Family, path: Path, texts: list[str], max_length: i
         from sentence_transformers import SentenceTransformer
 
         return SentenceTransformer(str(path), device="cpu").encode(texts, normalize_embeddings=True)
-    return reference.embed(str(path), texts, pooling=family.pooling, max_length=max_length)
+    return reference.embed(str(path), texts, pooling=family.pool.pooling, max_length=max_length)
 
 
 def pairs(queries: list[str], passages: list[str]) -> list[tuple[str, list[str]]]:

@@ -63,7 +63,7 @@ def measure(kind: str, root: Path, texts: list[str]) -> dict:
     with engine(path, kernels="static") as rows:
         rows.embed(texts)
         s = rows.stats()
-        max_length = rows.family.max_length
+        max_length = rows.family.tokens.max_length
         out["rows"] = {
             "computed": s["computed_flops"],
             "useful_tokens": s["useful_tokens"],

@@ -171,7 +171,9 @@ def _run(engine, start_s: float, data_dir: Path, model: str, corpus: list[Passag
         corpus,
         lambda texts: engine.embed(texts, show_progress=True),
         # the tokens the engine computes: its own tokenizer, prompt and truncation
-        lambda texts: sum(len(t.ids) for t in engine.tokenizer.encode_texts(texts, engine.family.document_prompt)),
+        lambda texts: sum(
+            len(t.ids) for t in engine.tokenizer.encode_texts(texts, engine.family.prompt.document_prompt)
+        ),
     )
     _row("rerank", "all-MiniLM-L6-v2 cosine through engine.rerank: no cross-encoder weights are available")
     _row("", "offline, so the bi-encoder rescores its own candidates and mostly keeps their order")

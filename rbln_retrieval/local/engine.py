@@ -182,7 +182,7 @@ class PoolingEngine(ImageEmbedding, PairScoring):
 
     @property
     def dimension(self) -> int:
-        return self.family.hidden_size
+        return self.family.pool.hidden_size
 
     @property
     def dtype(self) -> str:
@@ -327,9 +327,9 @@ class PoolingEngine(ImageEmbedding, PairScoring):
         dimensions = check_dimensions(
             request.dimensions,
             hidden_size=self.dimension,
-            matryoshka=self.family.matryoshka,
+            matryoshka=self.family.output.matryoshka,
             model=self.model,
-            sizes=self.family.matryoshka_dimensions,
+            sizes=self.family.output.matryoshka_dimensions,
         )
         from vllm import PoolingParams
 

@@ -65,12 +65,12 @@ def vllm_engine_kwargs(
         target,
         model_dir=model_dir,
         model=model_key or str(model_dir),
-        max_length=family.max_length,
+        max_length=family.tokens.max_length,
         dtype=dtype,
         strict_shapes=options.strict_shapes,
         additional_config=extra.pop("additional_config", None),
         max_num_batched_tokens=extra.pop("max_num_batched_tokens", None),
-        gated_mlp=family.gated_mlp,
+        gated_mlp=family.graph.gated_mlp,
     )
     kwargs = _stock_kwargs(model_dir, family, options, dtype, extra)
     kwargs["kv_cache_memory_bytes"] = _kv_cache_bytes(family, bundled["max_num_batched_tokens"])
@@ -80,16 +80,16 @@ def vllm_engine_kwargs(
 def _stock_kwargs(
     model_dir: str | Path, family: ModelFamily, options: EngineOptions, dtype: str, extra: dict[str, Any]
 ) -> dict[str, Any]:
-    max_num_batched_tokens = max(family.max_length, 8192)
+    max_num_batched_tokens = max(family.tokens.max_length, 8192)
     pooler: dict[str, Any] = {"task": family.pooling_task}
-    if family.pooling is not None:
-        pooler["seq_pooling_type"] = family.pooling
+    if family.pool.pooling is not None:
+        pooler["seq_pooling_type"] = family.pool.pooling
     kwargs: dict[str, Any] = {
         "model": str(model_dir),
         "runner": "pooling",
         "convert": family.pooling_task,
         "dtype": dtype,
-        "max_model_len": family.max_length,
+        "max_model_len": family.tokens.max_length,
         # A step holds whole prompts (encoders are never chunked). Causal pooling models would be: vLLM 0.30's
         # scheduler then keeps part-prefilled prompts' blocks across steps and, with the cache sized below, never
         # finishes a call of 40 mixed-length texts (the stock runner stepped without end on a causal reranker).
@@ -99,7 +99,7 @@ def _stock_kwargs(
         # (vLLM's CPU default reserves a fraction of all memory, which fails once a few engines are running.)
         "kv_cache_memory_bytes": _kv_cache_bytes(family, max_num_batched_tokens),
         "pooler_config": pooler,
-        "hf_overrides": dict(family.hf_overrides),
+        "hf_overrides": dict(family.graph.hf_overrides),
         "trust_remote_code": options.trust_remote_code,
         # Pickle checkpoints can run code on load; safetensors only unless the caller opts in. Heads that exist only
         # as .pt state dicts (``FamilySpec.loads_pickle_heads``): vLLM reads them with torch's weights-only
@@ -121,4 +121,4 @@ def _stock_kwargs(
 
 
 def _kv_cache_bytes(family: ModelFamily, max_num_batched_tokens: int) -> int:
-    return max(64 << 20, int(family.kv_bytes_per_token * max_num_batched_tokens * 1.25))
+    return max(64 << 20, int(family.graph.kv_bytes_per_token * max_num_batched_tokens * 1.25))

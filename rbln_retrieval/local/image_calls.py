@@ -94,7 +94,7 @@ class ImageEmbedding:
 
         multi = output == "multi_vector"
         params = PoolingParams(task="token_embed" if multi else "embed", use_activation=normalize)
-        text = self.family.image_prompt
+        text = self.family.prompt.image_prompt
         text_ids = None if text is None else self.tokenizer.hf(text, add_special_tokens=False)["input_ids"]
         rows: list[np.ndarray] = []
         with self._progress(images, show_progress) as bar:
@@ -106,9 +106,9 @@ class ImageEmbedding:
                 prompts = [image_prompt(image, text_ids) for image in decoded]
                 rows.extend(await self._encode(prompts, params, bar=bar, stack=not multi))
         if multi:
-            return [row.reshape(-1, self.family.hidden_size).astype(np.float32, copy=False) for row in rows]
+            return [row.reshape(-1, self.family.pool.hidden_size).astype(np.float32, copy=False) for row in rows]
         if not rows:
-            return np.zeros((0, self.family.hidden_size), dtype=np.float32)
+            return np.zeros((0, self.family.pool.hidden_size), dtype=np.float32)
         return np.stack(rows).astype(np.float32, copy=False)
 
     async def _score_images(self, query: str, images: Iterable[Any]) -> list[float]:

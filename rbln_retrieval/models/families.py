@@ -6,54 +6,65 @@ prompts and pooling win over our defaults. Which family a directory is, and its 
 (models/specs/): ``detect_family`` asks them in order. A ModelFamily is one directory's preset; its ``spec`` is what
 the rest of the package asks about the family.
 
-Imports: errors, models (spec, specs).
+Imports: errors, models (files, spec, specs, stages).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from rbln_retrieval.errors import ModelNotSupportedError
-from rbln_retrieval.models.files import Pooling, read_json
+from rbln_retrieval.models.files import read_json
 from rbln_retrieval.models.spec import Checkpoint, FamilySpec
 from rbln_retrieval.models.specs import DEFAULT_SPEC, SPECS, FamilyName, family_name, spec_named
 from rbln_retrieval.models.specs.image_text import refusal
+from rbln_retrieval.models.stages import (
+    STAGES,
+    GraphStage,
+    OutputStage,
+    PoolStage,
+    PromptStage,
+    TokenStage,
+    sort_fields,
+)
 
 __all__ = ["FamilyName", "ModelFamily", "check_remote_code", "detect_family"]
 
 
 @dataclass(frozen=True)
 class ModelFamily:
-    """How one model directory is turned into vectors or scores."""
+    """How one model directory is turned into vectors or scores: its family's name and its stages, in data-path
+    order (models/stages.py)."""
 
     name: FamilyName
-    architecture: str
-    hidden_size: int  # the width of the vectors it returns (after any sentence-transformers Dense projection)
-    max_length: int
-    pooling: Pooling | None = None  # bi-encoders only
-    normalize: bool = True  # the checkpoint's modules end in Normalize; embed's ``normalize=`` decides what callers get
-    query_prompt: str = ""  # literal prefix for queries (a family with a query template: the template, formatted)
-    document_prompt: str = ""
-    default_instruction: str | None = None  # the task description an instruction-taking family uses by default
-    matryoshka: bool = False
-    matryoshka_dimensions: tuple[int, ...] = ()  # the only sizes ``dimensions`` may take; empty: any up to the width
-    uses_token_type_ids: bool = False
-    gated_mlp: bool = True  # its MLP has gate, up and down matrices (the NPU step's cost per token)
-    kv_bytes_per_token: int = 0  # causal models only: KV cache per token at fp32, for sizing the cache
-    hf_overrides: dict[str, Any] = field(default_factory=dict)
-    config_code: str | None = None  # auto_map reference of a config class shipped as code (needs trust_remote_code)
-    image_size: int = 0  # image-text models (models/specs/image_text.py): the vision tower's square input; 0: none
-    pad_text_to_max_length: bool = False  # the family pools the last position of a text padded to max_length
-    text_suffix: str = ""  # put after each text's tokens once truncated (a query augmentation the family reads)
-    # The prompts hold every special token (a leading <bos>): the tokenizer adds none, as the family's processor does.
-    prompt_holds_special_tokens: bool = False
-    image_prompt: str | None = None  # the text an image's prompt holds (a page prompt); None: no text
+    prompt: PromptStage
+    tokens: TokenStage
+    graph: GraphStage
+    pool: PoolStage
+    output: OutputStage
 
-    def __post_init__(self) -> None:
-        # A family rebuilt from a server's JSON description gets a list; equal families must compare equal.
-        object.__setattr__(self, "matryoshka_dimensions", tuple(self.matryoshka_dimensions))
+    @classmethod
+    def build(cls, name: FamilyName, **fields: Any) -> ModelFamily:
+        """The family ``name`` of a flat preset or description (each field lands in the stage that holds it)."""
+        stages = sort_fields(fields)
+        return cls(name, **{stage: STAGES[stage](**stages[stage]) for stage in STAGES})
+
+    @property
+    def stages(self) -> tuple[PromptStage, TokenStage, GraphStage, PoolStage, OutputStage]:
+        return (self.prompt, self.tokens, self.graph, self.pool, self.output)
+
+    def fields(self) -> dict[str, Any]:
+        """Every field of every stage, flat (what a server's description carries; ``build`` reads it back)."""
+        return {"name": self.name} | {k: v for stage in self.stages for k, v in dataclasses.asdict(stage).items()}
+
+    def replace(self, **fields: Any) -> ModelFamily:
+        """This family with ``fields`` (flat, as ``build`` takes them) changed in the stages that hold them."""
+        changed = sort_fields(fields)
+        stages = {stage: dataclasses.replace(getattr(self, stage), **changed[stage]) for stage in STAGES}
+        return ModelFamily(self.name, **stages)
 
     @property
     def spec(self) -> FamilySpec:
@@ -77,7 +88,7 @@ class ModelFamily:
     @property
     def embeds_images(self) -> bool:
         """Images and texts embed into one space (the image-text families of models/specs/)."""
-        return self.image_size > 0
+        return self.graph.image_size > 0
 
     @property
     def late_interaction_only(self) -> bool:
@@ -98,7 +109,7 @@ def detect_family(model_dir: str | Path, *, max_length: int | None = None, famil
     if refused := refusal(model_dir, ckpt.arch):
         raise refused
     spec = next((s for s in SPECS if s.images and s.claims(ckpt)), None) or _text_spec(ckpt, family)
-    return ModelFamily(name=family_name(spec), **spec.preset(ckpt))
+    return ModelFamily.build(family_name(spec), **spec.preset(ckpt))
 
 
 def _text_spec(ckpt: Checkpoint, family: str | None) -> FamilySpec:
@@ -117,15 +128,15 @@ def _text_spec(ckpt: Checkpoint, family: str | None) -> FamilySpec:
 def check_remote_code(model_dir: str | Path, family: ModelFamily, *, trust_remote_code: bool) -> None:
     """Refuse, in one sentence, a family whose config class is code shipped with the model unless the caller trusts
     it, or whose code file is missing from the model directory."""
-    if family.config_code is None:
+    if family.graph.config_code is None:
         return
     if not trust_remote_code:
         raise ModelNotSupportedError(
-            f"{model_dir} is a {family.architecture} checkpoint ({family.name}) whose config class is code shipped "
-            f"with the model ({family.config_code}); pass trust_remote_code=True if you trust its source."
+            f"{model_dir} is a {family.graph.architecture} checkpoint ({family.name}) whose config class is code "
+            f"shipped with the model ({family.graph.config_code}); pass trust_remote_code=True if you trust its source."
         )
-    module = family.config_code.partition(".")[0]
-    if "--" not in family.config_code and not (Path(model_dir) / f"{module}.py").is_file():
+    module = family.graph.config_code.partition(".")[0]
+    if "--" not in family.graph.config_code and not (Path(model_dir) / f"{module}.py").is_file():
         raise ModelNotSupportedError(
-            f"{model_dir} names its config class {family.config_code}, but {module}.py is not in the directory."
+            f"{model_dir} names its config class {family.graph.config_code}, but {module}.py is not in the directory."
         )

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import dataclasses
 import json
 import os
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
@@ -142,9 +141,9 @@ class RemoteEngine(RemoteImageEmbedding):
 
     @property
     def dimension(self) -> int:
-        if not self.family.hidden_size:
-            self._remote.family = dataclasses.replace(self.family, hidden_size=self.embed([""]).shape[1])
-        return self.family.hidden_size
+        if not self.family.pool.hidden_size:
+            self._remote.family = self.family.replace(hidden_size=self.embed([""]).shape[1])
+        return self.family.pool.hidden_size
 
     # -- public API (PoolingEngine's; the options: rbln_retrieval.engines.requests) ---------------------------
     def embed(self, texts: Iterable[str], **options: Unpack[EmbedOptions]) -> Any:
@@ -201,7 +200,7 @@ class RemoteEngine(RemoteImageEmbedding):
         if check_precision(precision, ranges, calibration, output=output) == "float32":
             return (lambda rows: rows), None
         known = self._remote.family
-        width = request.dimensions or (known.hidden_size if known is not None else 0)
+        width = request.dimensions or (known.pool.hidden_size if known is not None else 0)
         if width:
             ranges = resolve_ranges(precision, ranges, calibration, width)
         elif calibration is not None:
@@ -235,13 +234,13 @@ class RemoteEngine(RemoteImageEmbedding):
 
     @staticmethod
     def _truncation(family: ModelFamily, truncate: Truncate) -> dict[str, Any]:
-        if truncate == "error" or not family.max_length:
+        if truncate == "error" or not family.tokens.max_length:
             return {}
         if truncate == "start":
             # vLLM then slices the token list, special tokens included: close to, not equal to, local "start".
-            return {"truncate_prompt_tokens": family.max_length, "truncation_side": "left"}
+            return {"truncate_prompt_tokens": family.tokens.max_length, "truncation_side": "left"}
         # Without a side vLLM truncates inside the tokenizer, which keeps special tokens as local mode does.
-        return {"truncate_prompt_tokens": family.max_length}
+        return {"truncate_prompt_tokens": family.tokens.max_length}
 
     async def _embed(
         self,
@@ -271,22 +270,22 @@ class RemoteEngine(RemoteImageEmbedding):
             return {outputs[0]: await self._embed(texts, dense, truncate=truncate, what=what)}
         dimensions = request.dimensions
         prefix = embed_prefix(family, self.model, request.kind, request.instruction)
-        if family.hidden_size:
+        if family.pool.hidden_size:
             check_dimensions(
                 dimensions,
-                hidden_size=family.hidden_size,
-                matryoshka=family.matryoshka,
+                hidden_size=family.pool.hidden_size,
+                matryoshka=family.output.matryoshka,
                 model=self.model,
-                sizes=family.matryoshka_dimensions,
+                sizes=family.output.matryoshka_dimensions,
             )
         payload: dict[str, Any] = {"use_activation": request.normalize, **self._truncation(family, truncate)}
         if dimensions is not None:
             payload["dimensions"] = dimensions
         prompts = [self._remote.fit(prefix + t, truncate) for _, chunk in chunks(texts, what) for t in chunk]
         if not prompts:
-            return np.zeros((0, dimensions or family.hidden_size), dtype=np.float32)
+            return np.zeros((0, dimensions or family.pool.hidden_size), dtype=np.float32)
 
-        width = dimensions or family.hidden_size
+        width = dimensions or family.pool.hidden_size
         if wire is not None and self._remote.quantizes:
             return np.stack(await self._batched(prompts, lambda items: self._quantized(items, payload, wire, width)))
 

@@ -92,11 +92,11 @@ class RemoteImageEmbedding(ClientLoop):
         for first, chunk in image_chunks(images):  # every image checked and encoded before the first request
             messages += await asyncio.to_thread(image_messages, chunk, first)
         if not messages:
-            return np.zeros((0, family.hidden_size), dtype=np.float32)
+            return np.zeros((0, family.pool.hidden_size), dtype=np.float32)
 
         async def batch(conversations: list[Any]) -> list[np.ndarray]:
             body = {"messages": conversations, "use_activation": normalize}
-            return await self._embedding_rows(body, len(conversations), family.hidden_size)
+            return await self._embedding_rows(body, len(conversations), family.pool.hidden_size)
 
         vectors = np.stack(await self._batched(messages, batch, what="images")).astype(np.float32, copy=False)
         check_finite(vectors, "images")

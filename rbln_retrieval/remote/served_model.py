@@ -18,7 +18,6 @@ Imports: engines (options, protocol), errors, models (families, source, specs), 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
 from collections.abc import Callable
@@ -122,7 +121,7 @@ class RemoteModel:
             self.limits = {key: min(values) if values else None for key, values in tightest.items()}
             self._replicas.limit_in_flight(self.limits.get("max_concurrent_requests"))
         try:
-            return ModelFamily(**described[0]["family"])
+            return ModelFamily.build(**described[0]["family"])
         except (KeyError, TypeError) as exc:
             raise RemoteError(
                 f"{self._replicas.urls[0]}{DESCRIBE_PATH} answered JSON that is not a model description ({exc!r})."
@@ -152,8 +151,9 @@ class RemoteModel:
                 raise ValueError(
                     f"family={wanted!r} was requested, but the server serves {self.model} as {served.name!r}."
                 )
-            if self.options.max_length and self.options.max_length != served.max_length:
-                served = dataclasses.replace(served, max_length=min(served.max_length, self.options.max_length))
+            served_length = served.tokens.max_length
+            if self.options.max_length and self.options.max_length != served_length:
+                served = served.replace(max_length=min(served_length, self.options.max_length))
             return served
         try:
             source = resolve_model(self.model, weights=False, **self._source_args)
@@ -171,8 +171,8 @@ class RemoteModel:
             )
         # Without the model files, prompts come only from the family's defaults and explicit instructions.
         spec = spec_named(wanted) if wanted else DEFAULT_SPEC
-        return ModelFamily(
-            name=wanted or family_name(spec),
+        return ModelFamily.build(
+            wanted or family_name(spec),
             architecture="remote",
             hidden_size=0,
             max_length=self.options.max_length or 0,

@@ -116,8 +116,10 @@ def _split(request: EmbedRequest) -> tuple[list[str], list[tuple[str, Any]]]:
 
 async def embed(context: Context, request: EmbedRequest) -> dict[str, Any]:
     served = context.models.pick(request.model, "embed")
-    if request.max_tokens is not None and request.max_tokens < served.family.max_length:
-        raise Refused(f"`max_tokens` must be null or at least {served.name}'s max length ({served.family.max_length}).")
+    if request.max_tokens is not None and request.max_tokens < served.family.tokens.max_length:
+        raise Refused(
+            f"`max_tokens` must be null or at least {served.name}'s max length ({served.family.tokens.max_length})."
+        )
     texts, items = _split(request)
     truncate = TRUNCATE[request.truncate or "END"]
     if items:
@@ -179,9 +181,10 @@ async def rerank(context: Context, request: RerankRequest) -> dict[str, Any]:
 
 
 def _check_max_tokens(served: Served, value: int | None) -> None:
-    if value is not None and value < served.family.max_length:
+    longest = served.family.tokens.max_length
+    if value is not None and value < longest:
         raise Refused(
-            f"`max_tokens_per_doc` must be null or at least {served.name}'s max length ({served.family.max_length}); "
+            f"`max_tokens_per_doc` must be null or at least {served.name}'s max length ({longest}); "
             "documents are cut there."
         )
 

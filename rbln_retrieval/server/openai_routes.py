@@ -89,10 +89,10 @@ def vllm_truncation(served: Served, tokens: int | None, side: str | None) -> Tru
     """vLLM's ``truncate_prompt_tokens`` as the engine's truncate: the model's max length (or -1) only."""
     if tokens is None:
         return "error"
-    if tokens not in (-1, served.family.max_length):
+    if tokens not in (-1, served.family.tokens.max_length):
         raise Refused(
             f"`truncate_prompt_tokens` is {tokens}; this server truncates to the model's max length only "
-            f"({served.family.max_length}, or -1)."
+            f"({served.family.tokens.max_length}, or -1)."
         )
     return "start" if side == "left" else "end"
 
@@ -161,7 +161,7 @@ async def models(context: Context, _: None) -> dict[str, Any]:
             "created": 0,
             "owned_by": "rbln-retrieval",
             "root": name,
-            "max_model_len": served.family.max_length,
+            "max_model_len": served.family.tokens.max_length,
         }
         for name, served in context.models.items()
     ]

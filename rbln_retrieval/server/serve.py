@@ -90,7 +90,7 @@ def describe(
     server's limits, under which it splits its calls, and the served weights' fingerprint (models/files.py)."""
     return {
         "model": model,
-        "family": dataclasses.asdict(family),
+        "family": family.fields(),
         "quantized_embeddings": QUANTIZED_EMBED_PATH,
         "outputs": OUTPUTS_PATH,
         "limits": (limits or Limits()).advertised(),

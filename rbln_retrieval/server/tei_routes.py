@@ -200,7 +200,11 @@ async def tokenize(context: Context, request: TokenizeRequest) -> list[list[dict
     served = context.models.pick(None, "any")
     hf = _tokenizer(served)
     kind = _kind(request.prompt_name)
-    prefix = "" if kind is None else (served.family.query_prompt if kind == "query" else served.family.document_prompt)
+    prefix = (
+        ""
+        if kind is None
+        else (served.family.prompt.query_prompt if kind == "query" else served.family.prompt.document_prompt)
+    )
     texts = [prefix + text for text in _texts(request.inputs)]
     if not texts:
         raise Refused("`inputs` is an empty list; send a text or a list of texts to tokenize.", "empty")
@@ -236,7 +240,7 @@ async def info(context: Context, _: None) -> dict[str, Any]:
     if family.is_cross_encoder:
         model_type: dict[str, Any] = {"reranker": {"id2label": {"0": "LABEL_0"}, "label2id": {"LABEL_0": 0}}}
     else:
-        model_type = {"embedding": {"pooling": (family.pooling or "mean").lower()}}
+        model_type = {"embedding": {"pooling": (family.pool.pooling or "mean").lower()}}
     limits = served.description.get("limits", {})
     return {
         "model_id": served.name,
@@ -244,7 +248,7 @@ async def info(context: Context, _: None) -> dict[str, Any]:
         "model_dtype": str(getattr(served.engine, "dtype", "float32")),
         "model_type": model_type,
         "max_concurrent_requests": limits.get("max_concurrent_requests"),
-        "max_input_length": family.max_length,
+        "max_input_length": family.tokens.max_length,
         "max_batch_tokens": limits.get("max_queued_tokens"),
         "max_client_batch_size": limits.get("max_inputs_per_request"),
         "tokenization_workers": 1,

@@ -27,9 +27,9 @@ def embed_prefix(family: ModelFamily, model: str, kind: str, instruction: str | 
         raise ValueError(f"kind={kind!r} is not 'document' or 'query'.")
     _check_instruction(instruction)
     if kind == "document":
-        return family.document_prompt if instruction is None else instruction
+        return family.prompt.document_prompt if instruction is None else instruction
     if instruction is None:
-        return family.query_prompt
+        return family.prompt.query_prompt
     template = family.spec.query_template
     return instruction if template is None else template.format(instruction=instruction)
 
@@ -53,5 +53,5 @@ def pair_template(family: ModelFamily) -> PairTemplate:
 def template_pairs(family: ModelFamily, query: str, documents: list[str], instruction: str | None) -> list[str]:
     """The part of a template reranker's prompt that truncation may cut, one per document (the fixed prefix and
     suffix around it never are), with the family's default task when the call names none."""
-    task = instruction if instruction is not None else family.default_instruction
+    task = instruction if instruction is not None else family.prompt.default_instruction
     return pair_template(family).pairs(query, documents, task or "")

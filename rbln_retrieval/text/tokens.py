@@ -62,7 +62,7 @@ class _OneCallAtATime:
 class PromptTokenizer:
     def __init__(self, model_dir: str | Path, family: ModelFamily, *, trust_remote_code: bool = False):
         self.family = family
-        self.max_length = family.max_length
+        self.max_length = family.tokens.max_length
         self._model_dir = str(model_dir)
         self._trust_remote_code = trust_remote_code
         # The truncation side is tokenizer state, and calls with either side may run at once on worker threads:
@@ -83,7 +83,7 @@ class PromptTokenizer:
                 )
                 # We enforce max_length ourselves; the tokenizer's own limit only warns on untruncated passes.
                 hf.model_max_length = 1 << 62
-                if self.family.prompt_holds_special_tokens:
+                if self.family.prompt.prompt_holds_special_tokens:
                     hf.add_bos_token = hf.add_eos_token = False
                 self._by_side[side] = _OneCallAtATime(hf)
             return self._by_side[side]
@@ -132,10 +132,11 @@ class PromptTokenizer:
         return cut
 
     def _text_tokens(self, ids: list[list[int]]) -> list[Tokens]:
-        if self.family.text_suffix:  # after truncation, which never cuts it (the family's query suffix)
-            suffix = self.hf(self.family.text_suffix, add_special_tokens=False)["input_ids"]
+        if self.family.prompt.text_suffix:  # after truncation, which never cuts it (the family's query suffix)
+            suffix = self.hf(self.family.prompt.text_suffix, add_special_tokens=False)["input_ids"]
             ids = [row + suffix for row in ids]
-        if self.family.pad_text_to_max_length:  # the family pools the last position of a text padded to its length
+        # The family pools the last position of a text padded to its length.
+        if self.family.tokens.pad_text_to_max_length:
             pad = self.hf.pad_token_id
             return [Tokens(row + [pad] * (self.max_length - len(row))) for row in ids]
         return [Tokens(i) for i in ids]
@@ -181,13 +182,13 @@ class PromptTokenizer:
             documents,
             truncation="longest_first" if truncation else False,
             max_length=self.max_length if truncation else None,
-            return_token_type_ids=self.family.uses_token_type_ids,
+            return_token_type_ids=self.family.tokens.uses_token_type_ids,
         )
         if not truncation:
             for pos, row in enumerate(enc["input_ids"]):
                 if len(row) > self.max_length:
                     self._raise_too_long(first_index + pos, len(row), what="documents", pair=True)
-        type_ids = enc.get("token_type_ids") if self.family.uses_token_type_ids else None
+        type_ids = enc.get("token_type_ids") if self.family.tokens.uses_token_type_ids else None
         return [Tokens(ids, type_ids[pos] if type_ids else None) for pos, ids in enumerate(enc["input_ids"])]
 
     def encode_template(self, pairs: list[str], truncate: str = "end", *, first_index: int = 0) -> list[Tokens]:

@@ -42,8 +42,8 @@ def _outputs(engine):
         "queries": engine.embed([QUERY, TEXTS[3]], kind="query"),
         "scores": np.array(engine.score(QUERY, TEXTS[:9])),
     }
-    if family.matryoshka_dimensions:  # truncated after the graph's projection, normalized after truncation
-        outputs["smallest"] = engine.embed(TEXTS, dimensions=family.matryoshka_dimensions[-1])
+    if family.output.matryoshka_dimensions:  # truncated after the graph's projection, normalized after truncation
+        outputs["smallest"] = engine.embed(TEXTS, dimensions=family.output.matryoshka_dimensions[-1])
     if family.name == "bge-m3":  # token-level outputs: pooled by vLLM's pooler from the bundled graph's rows
         outputs["sparse"] = engine.embed(TEXTS, output="sparse")
         outputs["multi_vector"] = engine.embed(TEXTS, output="multi_vector")
@@ -80,14 +80,14 @@ def _reference(path, family) -> dict:
 
 
 def _transformers_reference(path, family):
-    length = family.max_length
+    length = family.tokens.max_length
     if family.name == "cross-encoder":
         return {"scores": np.array(reference.cross_encoder_scores(str(path), QUERY, TEXTS, max_length=length))}
     if family.name == "qwen3-reranker":
         return {
             "scores": np.array(
                 reference.qwen3_reranker_scores(
-                    str(path), QUERY, TEXTS, instruction=family.default_instruction, max_length=length
+                    str(path), QUERY, TEXTS, instruction=family.prompt.default_instruction, max_length=length
                 )
             )
         }
@@ -104,13 +104,15 @@ def _transformers_reference(path, family):
     if family.name == "embeddinggemma":
         embed = functools.partial(reference.embeddinggemma, str(path), max_length=length)
     else:
-        kw = dict(pooling=family.pooling, max_length=length, normalize=family.normalize)
+        kw = dict(pooling=family.pool.pooling, max_length=length, normalize=family.output.normalize)
         embed = functools.partial(reference.embed, str(path), **kw)
-    documents = embed(TEXTS, prefix=family.document_prompt)
-    queries = embed([QUERY, TEXTS[3]], prefix=family.query_prompt)
+    documents = embed(TEXTS, prefix=family.prompt.document_prompt)
+    queries = embed([QUERY, TEXTS[3]], prefix=family.prompt.query_prompt)
     expected = {"documents": documents, "queries": queries, "scores": documents[:9] @ queries[0]}
-    if family.matryoshka_dimensions:
-        expected["smallest"] = embed(TEXTS, prefix=family.document_prompt, dimensions=family.matryoshka_dimensions[-1])
+    if family.output.matryoshka_dimensions:
+        expected["smallest"] = embed(
+            TEXTS, prefix=family.prompt.document_prompt, dimensions=family.output.matryoshka_dimensions[-1]
+        )
     if family.name == "bge-m3":
         _, expected["sparse"], expected["multi_vector"] = reference.bge_m3(str(path), TEXTS, max_length=length)
     return expected
@@ -219,7 +221,7 @@ def _mixed_calls(engine, rng: random.Random) -> None:
     def texts(n):
         out = []
         for _ in range(n):
-            size = rng.randint(1, engine.family.max_length)
+            size = rng.randint(1, engine.family.tokens.max_length)
             start = rng.randrange(len(words) - size)
             out.append(" ".join(words[start : start + size]))
         return out

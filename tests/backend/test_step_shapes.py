@@ -146,7 +146,9 @@ def test_npu_steps_compute_what_they_use(shaped):
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(path))
-    lengths = [len(ids) for ids in tokenizer(TEXTS, truncation=True, max_length=engine.family.max_length)["input_ids"]]
+    lengths = [
+        len(ids) for ids in tokenizer(TEXTS, truncation=True, max_length=engine.family.tokens.max_length)["input_ids"]
+    ]
     assert sum(lengths) == stats["useful_tokens"]
     useful = useful_flops(path, lengths)
     ratio = useful / computed

@@ -39,7 +39,7 @@ def _assert_sparse_close(ours: list[dict[int, float]], theirs: list[dict[int, fl
 def test_family_is_detected_from_the_heads_beside_the_weights(bge_m3):
     _, engine = bge_m3
     assert engine.family.name == "bge-m3"
-    assert engine.family.pooling == "CLS"
+    assert engine.family.pool.pooling == "CLS"
 
 
 def test_each_output_matches_flagembedding_recipe(bge_m3, expected):
@@ -109,10 +109,10 @@ def test_a_directory_with_only_one_head_is_a_plain_bi_encoder(tiny_models, tmp_p
     shutil.copytree(tiny_models["bge-m3"], partial)
     (partial / "colbert_linear.pt").unlink()
     assert detect_family(partial).name == "bi-encoder"
-    assert "architectures" not in detect_family(partial).hf_overrides
+    assert "architectures" not in detect_family(partial).graph.hf_overrides
     with pytest.raises(ModelNotSupportedError, match=r"is not a bge-m3 checkpoint: it lacks colbert_linear\.pt"):
         detect_family(partial, family="bge-m3")
-    assert detect_family(tiny_models["bge-m3"]).hf_overrides["architectures"] == ["BgeM3EmbeddingModel"]
+    assert detect_family(tiny_models["bge-m3"]).graph.hf_overrides["architectures"] == ["BgeM3EmbeddingModel"]
 
 
 def test_remote_engines_say_token_outputs_are_local_only(tiny_models, minilm):

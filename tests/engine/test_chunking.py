@@ -190,9 +190,8 @@ def test_bad_chunking_calls_are_refused_in_one_sentence(minilm_engine, reranker)
 
 
 def test_a_tokenizer_without_max_length_cannot_chunk(minilm_engine, minilm):
-    import dataclasses
 
-    family = dataclasses.replace(minilm_engine.family, max_length=0)
+    family = minilm_engine.family.replace(max_length=0)
     with pytest.raises(ValueError, match="max_length, which is unknown; pass max_length="):
         embed_windows(PromptTokenizer(minilm, family), "", Chunk())
 

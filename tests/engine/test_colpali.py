@@ -111,8 +111,8 @@ def test_colpali_refuses_what_it_does_not_give(engine, pages):
 
 def test_colpali_preset(model_dir):
     family = detect_family(model_dir)
-    assert (family.name, family.hidden_size, family.image_size) == ("colpali", COLPALI_DIM, 32)
-    assert (family.query_prompt, family.text_suffix, family.image_prompt) == (
+    assert (family.name, family.pool.hidden_size, family.graph.image_size) == ("colpali", COLPALI_DIM, 32)
+    assert (family.prompt.query_prompt, family.prompt.text_suffix, family.prompt.image_prompt) == (
         "<bos>Question: ",
         "<pad>" * 10 + "\n",
         "Describe the image.\n",

@@ -30,7 +30,7 @@ def _engine(path) -> PoolingEngine:
 def test_bi_encoder_pooling_is_read_from_the_checkpoint(tiny_models, name):
     """Each bi-encoder layout's pooling, read from its sentence-transformers files. Its vectors and cosine scores
     against plain transformers are tests/backend/test_parity.py's, one engine per family at 1e-5."""
-    assert detect_family(tiny_models[name]).pooling == BI_ENCODERS[name]
+    assert detect_family(tiny_models[name]).pool.pooling == BI_ENCODERS[name]
 
 
 def test_cross_encoder_reranks_by_its_scores_and_refuses_what_it_cannot_do(tiny_models):
@@ -112,14 +112,24 @@ def test_modernbert_detection_reads_pooling_prompts_and_length(tiny_models, tmp_
     """gte-modernbert-base's layout (CLS, no prompts), its reranker, and modernbert-embed-base's (mean pooling,
     prompts and a sequence limit below the position table's from the sentence-transformers files)."""
     gte = detect_family(tiny_models["modernbert-cls"])
-    assert (gte.name, gte.architecture, gte.pooling, gte.normalize) == ("bi-encoder", "ModernBertModel", "CLS", True)
-    assert (gte.query_prompt, gte.document_prompt, gte.max_length, gte.uses_token_type_ids) == ("", "", 512, False)
+    assert (gte.name, gte.graph.architecture, gte.pool.pooling, gte.output.normalize) == (
+        "bi-encoder",
+        "ModernBertModel",
+        "CLS",
+        True,
+    )
+    assert (
+        gte.prompt.query_prompt,
+        gte.prompt.document_prompt,
+        gte.tokens.max_length,
+        gte.tokens.uses_token_type_ids,
+    ) == ("", "", 512, False)
     reranker = detect_family(tiny_models["modernbert-cross-encoder"])
-    assert (reranker.name, reranker.architecture) == ("cross-encoder", "ModernBertForSequenceClassification")
-    assert not reranker.uses_token_type_ids
+    assert (reranker.name, reranker.graph.architecture) == ("cross-encoder", "ModernBertForSequenceClassification")
+    assert not reranker.tokens.uses_token_type_ids
     nomic = detect_family(build_modernbert(tmp_path / "nomic", pooling="mean", prompts=NOMIC_PROMPTS, max_length=256))
-    assert (nomic.pooling, nomic.max_length) == ("MEAN", 256)
-    assert (nomic.query_prompt, nomic.document_prompt) == ("search_query: ", "search_document: ")
+    assert (nomic.pool.pooling, nomic.tokens.max_length) == ("MEAN", 256)
+    assert (nomic.prompt.query_prompt, nomic.prompt.document_prompt) == ("search_query: ", "search_document: ")
 
 
 def test_modernbert_prompts_reach_the_windowed_model(tmp_path):
@@ -140,15 +150,24 @@ def test_modernbert_prompts_reach_the_windowed_model(tmp_path):
 # -- remote-code families: GTE-new and Nomic -------------------------------------------------------------------
 def test_remote_code_families_are_detected_from_their_config(tiny_models):
     gte, nomic = detect_family(tiny_models["gte-new"]), detect_family(tiny_models["nomic"])
-    assert (gte.name, gte.pooling, gte.query_prompt, gte.document_prompt, gte.matryoshka) == (
+    assert (gte.name, gte.pool.pooling, gte.prompt.query_prompt, gte.prompt.document_prompt, gte.output.matryoshka) == (
         "gte-new",
         "CLS",
         "",
         "",
         False,
     )
-    assert gte.hf_overrides == {"architectures": ["GteNewModel"]} and gte.config_code == "configuration.NewConfig"
-    assert (nomic.name, nomic.pooling, nomic.query_prompt, nomic.document_prompt, nomic.matryoshka) == (
+    assert (
+        gte.graph.hf_overrides == {"architectures": ["GteNewModel"]}
+        and gte.graph.config_code == "configuration.NewConfig"
+    )
+    assert (
+        nomic.name,
+        nomic.pool.pooling,
+        nomic.prompt.query_prompt,
+        nomic.prompt.document_prompt,
+        nomic.output.matryoshka,
+    ) == (
         "nomic",
         "MEAN",
         "search_query: ",
@@ -156,13 +175,17 @@ def test_remote_code_families_are_detected_from_their_config(tiny_models):
         True,
     )
     # GPT-2 field names: n_embd, n_positions.
-    assert (nomic.hidden_size, nomic.max_length, nomic.hf_overrides) == (64, 512, {"is_matryoshka": True})
+    assert (nomic.pool.hidden_size, nomic.tokens.max_length, nomic.graph.hf_overrides) == (
+        64,
+        512,
+        {"is_matryoshka": True},
+    )
 
 
 def test_nomic_uses_the_checkpoints_own_prompts(tmp_path):
     path = build_nomic(tmp_path / "nomic", prompts={"query": "query: ", "document": "passage: "})
     family = detect_family(path)
-    assert (family.query_prompt, family.document_prompt) == ("query: ", "passage: ")
+    assert (family.prompt.query_prompt, family.prompt.document_prompt) == ("query: ", "passage: ")
 
 
 @pytest.mark.parametrize("name", ["gte-new", "nomic"])
@@ -172,7 +195,7 @@ def test_a_remote_code_family_without_trust_remote_code_is_one_sentence(tiny_mod
         PoolingEngine(path, device="cpu", dtype="float32")
     message = str(raised.value)
     assert "\n" not in message and message.endswith("pass trust_remote_code=True if you trust its source.")
-    assert message.startswith(f"{path} is a {detect_family(path).architecture} checkpoint ({name})")
+    assert message.startswith(f"{path} is a {detect_family(path).graph.architecture} checkpoint ({name})")
 
 
 def test_a_remote_code_family_missing_its_config_code_is_one_sentence(tiny_models, tmp_path):
@@ -233,20 +256,20 @@ def _edit_json(path, **changes) -> None:
 
 def test_embeddinggemma_is_detected_with_its_prompts_pooling_and_sizes(tiny_models, tmp_path):
     family = detect_family(tiny_models["embeddinggemma"])
-    assert (family.name, family.pooling, family.normalize) == ("embeddinggemma", "MEAN", True)
-    assert family.query_prompt == "task: search result | query: "
-    assert family.document_prompt == "title: none | text: "
-    assert family.hidden_size == 64 and family.matryoshka_dimensions == (64, 32, 16, 8)
+    assert (family.name, family.pool.pooling, family.output.normalize) == ("embeddinggemma", "MEAN", True)
+    assert family.prompt.query_prompt == "task: search result | query: "
+    assert family.prompt.document_prompt == "title: none | text: "
+    assert family.pool.hidden_size == 64 and family.output.matryoshka_dimensions == (64, 32, 16, 8)
     # The model's own prompts win over the published ones, which apply only when it declares none.
     own = build_embeddinggemma(tmp_path / "own", prompts={"query": "Q: ", "document": "D: "})
-    assert (detect_family(own).query_prompt, detect_family(own).document_prompt) == ("Q: ", "D: ")
+    assert (detect_family(own).prompt.query_prompt, detect_family(own).prompt.document_prompt) == ("Q: ", "D: ")
     with pytest.raises(
         ModelNotSupportedError, match=r"is not an EmbeddingGemma checkpoint \(architecture 'BertModel'\)"
     ):
         detect_family(tiny_models["bert-cls"], family="embeddinggemma")
     _edit_json(own / "config_sentence_transformers.json", prompts={})
-    assert detect_family(own).query_prompt == "task: search result | query: "
-    assert detect_family(own).document_prompt == "title: none | text: "
+    assert detect_family(own).prompt.query_prompt == "task: search result | query: "
+    assert detect_family(own).prompt.document_prompt == "title: none | text: "
 
 
 def test_embeddinggemma_width_and_sizes_as_the_real_checkpoint_declares_them(tiny_models, tmp_path):
@@ -260,10 +283,13 @@ def test_embeddinggemma_width_and_sizes_as_the_real_checkpoint_declares_them(tin
     _edit_json(model / "2_Dense" / "config.json", in_features=768, out_features=3072)
     _edit_json(model / "3_Dense" / "config.json", in_features=3072, out_features=768)
     family = detect_family(model)
-    assert family.hidden_size == 768 and family.matryoshka_dimensions == (768, 512, 256, 128)
-    assert family.hf_overrides["matryoshka_dimensions"] == [768, 512, 256, 128]
+    assert family.pool.hidden_size == 768 and family.output.matryoshka_dimensions == (768, 512, 256, 128)
+    assert family.graph.hf_overrides["matryoshka_dimensions"] == [768, 512, 256, 128]
     _edit_json(model / "3_Dense" / "config.json", out_features=256)
-    assert detect_family(model).hidden_size == 256 and detect_family(model).matryoshka_dimensions == (256, 128)
+    assert detect_family(model).pool.hidden_size == 256 and detect_family(model).output.matryoshka_dimensions == (
+        256,
+        128,
+    )
 
 
 @pytest.mark.parametrize(
@@ -312,7 +338,7 @@ def test_embeddinggemma_pickle_dense_weights_need_allow_pickle(tiny_models, tmp_
     weights = model / "2_Dense" / "model.safetensors"
     torch.save(load_file(weights), model / "2_Dense" / "pytorch_model.bin")
     weights.unlink()
-    assert detect_family(model).hidden_size == 64
+    assert detect_family(model).pool.hidden_size == 64
     with pytest.raises(ModelNotSupportedError, match="'2_Dense' has only pickle weights"):
         check_weights(model, allow_pickle=False)
     check_weights(model, allow_pickle=True)
@@ -434,7 +460,7 @@ def test_a_bi_encoder_with_dense_layers_reports_their_width(tiny_models, tmp_pat
     }
     (model / "2_Dense" / "config.json").write_text(json.dumps(dense), encoding="utf-8")
     (model / "2_Dense" / "model.safetensors").write_bytes((tiny_models["bert-cls"] / "model.safetensors").read_bytes())
-    assert detect_family(model).hidden_size == 16
+    assert detect_family(model).pool.hidden_size == 16
     _edit_json(model / "2_Dense" / "config.json", activation_function="torch.nn.modules.activation.ReLU")
     with pytest.raises(ModelNotSupportedError, match=r"'2_Dense' uses activation .*ReLU; only Identity and Tanh run\."):
         detect_family(model)

@@ -4,6 +4,8 @@ code outside the specs never names a family or a score method. Engine-free: dete
 from __future__ import annotations
 
 import ast
+import dataclasses
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -14,8 +16,10 @@ from model_builders import minilm_path
 from multimodal_builders import build_clip, build_colpali, build_siglip
 
 from rbln_retrieval import detect_family
+from rbln_retrieval.models.families import ModelFamily
 from rbln_retrieval.models.spec import Scoring
 from rbln_retrieval.models.specs import SPECS, SPECS_BY_NAME, FamilyName
+from rbln_retrieval.models.stages import STAGE_OF, STAGES
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = (REPO / "rbln_retrieval", REPO / "integrations")
@@ -151,4 +155,21 @@ def test_every_spec_is_detected_from_its_test_model(spec, tiny_models, tmp_path)
     assert family.pooling_task == spec.pooling_task
     assert family.gives_dense == ("dense" in spec.outputs)
     # The step cost's MLP: two matrices for the BERT-like encoders, three (gated) for every other test model.
-    assert family.gated_mlp == (spec.name not in PLAIN_MLP)
+    assert family.graph.gated_mlp == (spec.name not in PLAIN_MLP)
+    # A family is its stages in data-path order, and a server's flat description of it reads back into an equal one.
+    assert [type(stage) for stage in family.stages] == list(STAGES.values())
+    assert [getattr(family, name) for name in STAGES] == list(family.stages)
+    described = json.loads(json.dumps(family.fields()))
+    assert ModelFamily.build(**described) == family
+
+
+def test_each_field_of_a_preset_lands_in_exactly_one_stage():
+    """A flat preset or description is sorted by field name, so no two stages may hold the same name; a field no
+    stage holds is refused naming it (a server's description from another version reads as that, not silently)."""
+    names = [f.name for stage in STAGES.values() for f in dataclasses.fields(stage)]
+    assert len(names) == len(set(names)) == len(STAGE_OF)
+    with pytest.raises(TypeError, match="no stage of a model family holds colour"):
+        ModelFamily.build("bi-encoder", architecture="BertModel", hidden_size=8, max_length=16, colour="red")
+    family = ModelFamily.build("bi-encoder", architecture="BertModel", hidden_size=8, max_length=16)
+    changed = family.replace(max_length=8, query_prompt="q: ")
+    assert (changed.tokens.max_length, changed.prompt.query_prompt, changed.pool) == (8, "q: ", family.pool)

@@ -140,9 +140,9 @@ def test_a_text_model_refuses_images(minilm):
 @pytest.mark.parametrize("name", sorted(BUILDERS))
 def test_image_text_presets(name, model_dirs):
     family = detect_family(model_dirs[name])
-    assert (family.name, family.hidden_size, family.image_size, family.embeds_images) == (name, 32, 32, True)
-    assert family.pad_text_to_max_length == (name == "siglip")
-    assert family.max_length == (77 if name == "clip" else 16)
+    assert (family.name, family.pool.hidden_size, family.graph.image_size, family.embeds_images) == (name, 32, 32, True)
+    assert family.tokens.pad_text_to_max_length == (name == "siglip")
+    assert family.tokens.max_length == (77 if name == "clip" else 16)
     with pytest.raises(ValueError, match="texts take its text tower's length"):
         detect_family(model_dirs[name], max_length=8)
 

@@ -78,7 +78,7 @@ def test_a_megabyte_text_under_truncate_start_and_error(minilm, minilm_engine, m
     family = minilm_engine.family
     tokenizer = PromptTokenizer(minilm, family)
     tail = tokenizer.encode_texts([megabyte_text], "", "start")[0].ids
-    assert len(tail) == family.max_length
+    assert len(tail) == family.tokens.max_length
     with pytest.raises(ValueError, match=r"texts\[4\] is \d{6,} tokens, over max_length=256 \(truncate='error'"):
         tokenizer.encode_texts(["a"] * 4 + [megabyte_text], "", "error")
 

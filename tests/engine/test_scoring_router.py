@@ -19,7 +19,7 @@ class FakeEngine:
     """Records each step the router asks for; vectors are chosen so each route's scores are recognisable."""
 
     def __init__(self, name: str):
-        self.family = ModelFamily(name=name, architecture="Fake", hidden_size=2, max_length=64)
+        self.family = ModelFamily.build(name, architecture="Fake", hidden_size=2, max_length=64)
         self.calls: list[tuple[str, Any]] = []
 
     def scorer(self) -> Scorer:

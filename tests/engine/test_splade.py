@@ -42,8 +42,12 @@ def test_both_layouts_are_detected(tiny_models, tmp_path):
     with_st = detect_family(tiny_models["splade"])
     bare = detect_family(build_splade(tmp_path / "bare", sentence_transformers=False))
     for family in (with_st, bare):
-        assert (family.name, family.architecture, family.hidden_size) == ("splade", "BertForMaskedLM", vocabulary)
-        assert family.hf_overrides == {"architectures": ["RblnBertSpladeModel"]}
+        assert (family.name, family.graph.architecture, family.pool.hidden_size) == (
+            "splade",
+            "BertForMaskedLM",
+            vocabulary,
+        )
+        assert family.graph.hf_overrides == {"architectures": ["RblnBertSpladeModel"]}
         assert not family.gives_dense and not family.late_interaction_only
     assert bare == with_st
 

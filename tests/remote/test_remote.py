@@ -125,7 +125,7 @@ def test_a_server_started_from_an_id_publishes_it_and_clients_pass_the_same_id(s
     assert [model["id"] for model in served] == [HUB_MINILM]
     texts = mixed_length(40)
     with _remote(f"{HUB_MINILM}@main", url, cache_folder=hub_cache) as remote:
-        assert remote.family.hidden_size == 384  # read from the id's configs in the client's cache
+        assert remote.family.pool.hidden_size == 384  # read from the id's configs in the client's cache
         # The server computes in bfloat16: the id's model, within what two bfloat16 paths agree to.
         assert_bf16_paths_agree(remote.embed(texts), minilm_bf16_engine.embed(texts))
         assert_bf16_paths_agree(remote.embed([QUERY], kind="query"), minilm_bf16_engine.embed([QUERY], kind="query"))
@@ -244,7 +244,7 @@ def test_the_server_describes_its_model_behind_the_api_key(servers, tiny_models)
     assert family["name"] == "qwen3-reranker" and family["default_instruction"]
     assert (
         family["max_length"]
-        == PoolingEngine.shared(tiny_models["qwen3-reranker"], device="cpu", dtype="float32").family.max_length
+        == PoolingEngine.shared(tiny_models["qwen3-reranker"], device="cpu", dtype="float32").family.tokens.max_length
     )
 
 

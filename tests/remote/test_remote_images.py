@@ -209,7 +209,7 @@ def test_the_description_says_the_model_embeds_images(server, remote):
 def test_a_text_model_refuses_images_in_one_sentence_on_both_sides(clip, server):
     """The client refuses before sending; a server of a text model refuses what another client sends."""
     with RemoteEngine(clip, base_url=server.url, api_key=API_KEY) as engine:
-        engine._remote.family = dataclasses.replace(engine.family, name="bert", image_size=0)
+        engine._remote.family = dataclasses.replace(engine.family.replace(image_size=0), name="bert")
         texts_only = r"is a bert model, which embeds texts only; images need CLIP, SigLIP or ColPali\.$"
         with pytest.raises(ValueError, match=texts_only):
             engine.embed_images(sample_images(1))

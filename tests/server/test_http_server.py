@@ -231,7 +231,7 @@ async def test_openai_embeddings_of_token_ids_equal_their_texts_and_truncate_as_
     give the text's vector; an over-long prompt is refused naming it, or cut to the max length when asked."""
     ids = tiny_engine.tokenizer.hf(TEXTS)["input_ids"]
     long = [ids[0][0], *([ids[0][1]] * 600), ids[0][-1]]
-    max_length = tiny_engine.family.max_length
+    max_length = tiny_engine.family.tokens.max_length
     async with _client(embedder) as client:
         many = await client.post("/v1/embeddings", json={"input": ids})
         one = await client.post("/v1/embeddings", json={"input": ids[1]})

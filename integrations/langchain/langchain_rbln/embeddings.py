@@ -111,10 +111,10 @@ class RBLNEmbeddings(RBLNEngineModel, Embeddings):
             raise ValueError(f"{self.model} is a reranker ({family.name}) and cannot embed; use RBLNReranker for it.")
         check_dimensions(
             self.dimensions,
-            hidden_size=family.hidden_size,
-            matryoshka=family.matryoshka,
+            hidden_size=family.pool.hidden_size,
+            matryoshka=family.output.matryoshka,
             model=self.model,
-            sizes=family.matryoshka_dimensions,
+            sizes=family.output.matryoshka_dimensions,
         )
 
     @property

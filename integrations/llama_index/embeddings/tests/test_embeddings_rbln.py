@@ -137,7 +137,7 @@ def test_qwen3_query_prompt_is_kept_by_default(qwen3, cpu):
     embedding = RBLNEmbedding(model_name=qwen3, **cpu)
     engine = get_engine(qwen3, **cpu)
     query = "how do tides work"
-    prompt = engine.family.query_prompt
+    prompt = engine.family.prompt.query_prompt
     assert prompt.startswith("Instruct: ") and prompt.endswith("\nQuery:")
     # The model's own prompt, applied to the query side only: independent of the engine's kind="query" path.
     np.testing.assert_allclose(embedding.get_query_embedding(query), engine.embed([prompt + query])[0], atol=1e-6)
