@@ -12,9 +12,10 @@ Imports: errors, models (files, spec, specs, stages).
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from rbln_retrieval.errors import ModelNotSupportedError
 from rbln_retrieval.models.files import read_json
@@ -22,6 +23,7 @@ from rbln_retrieval.models.spec import Checkpoint, FamilySpec
 from rbln_retrieval.models.specs import DEFAULT_SPEC, SPECS, FamilyName, family_name, spec_named
 from rbln_retrieval.models.specs.image_text import refusal
 from rbln_retrieval.models.stages import (
+    STAGE_OF,
     STAGES,
     GraphStage,
     OutputStage,
@@ -59,6 +61,21 @@ class ModelFamily:
     def fields(self) -> dict[str, Any]:
         """Every field of every stage, flat (what a server's description carries; ``build`` reads it back)."""
         return {"name": self.name} | {k: v for stage in self.stages for k, v in dataclasses.asdict(stage).items()}
+
+    if not TYPE_CHECKING:  # the package reads the stages; mypy must not accept a flat read
+
+        def __getattr__(self, name: str) -> Any:
+            """A field read flat (``family.hidden_size``), as before the stages: the stage's value, with a
+            DeprecationWarning naming where it lives now (kept for one release)."""
+            stage = STAGE_OF.get(name)
+            if stage is None:
+                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+            warnings.warn(
+                f"ModelFamily.{name} is deprecated; read family.{stage}.{name} (a family is its stages).",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return getattr(object.__getattribute__(self, stage), name)
 
     def replace(self, **fields: Any) -> ModelFamily:
         """This family with ``fields`` (flat, as ``build`` takes them) changed in the stages that hold them."""

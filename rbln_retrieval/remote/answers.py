@@ -74,6 +74,56 @@ def quantized_rows(answer: Any, count: int, *, precision: str, dimensions: int) 
     return vector_rows(answer, count, width=math.ceil(dimensions / per_element), dtype=name)
 
 
+def output_rows(answer: Any, count: int, names: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The ``count`` rows of an outputs answer (an `rbln-retrieval serve` server's POST OUTPUTS_PATH) in input order,
+    each of ``names`` decoded as the local engine gives it: dense a float32 vector (one width for all rows), sparse
+    ``{token id: weight}``, multi_vector a (tokens, width) float32 matrix."""
+    out: list[dict[str, Any]] = []
+    for i, row in enumerate(rows_by_index(answer, count)):
+        decoded: dict[str, Any] = {}
+        for name in names:
+            try:
+                decoded[name] = _READERS[name](row[name])
+            except (KeyError, TypeError, ValueError, binascii.Error):
+                raise BadAnswer(f"result {i} without a valid {name} output") from None
+        if "dense" in decoded and out and len(decoded["dense"]) != len(out[0]["dense"]):
+            raise BadAnswer(
+                f"a dense vector of {len(decoded['dense'])} values for input {i}, after {len(out[0]['dense'])}"
+            )
+        out.append(decoded)
+    return out
+
+
+def _float32(data: Any) -> np.ndarray:
+    raw = base64.b64decode(data, validate=True)
+    if len(raw) % 4:
+        raise ValueError("not whole float32 values")
+    return np.frombuffer(raw, dtype="<f4")
+
+
+def _sparse(value: Any) -> dict[int, float]:
+    indices, values = value["indices"], value["values"]
+    if not isinstance(indices, list) or not isinstance(values, list) or len(indices) != len(values):
+        raise ValueError("indices and values differ")
+    weights: dict[int, float] = {}
+    for index, weight in zip(indices, values, strict=True):
+        number = _number(weight)
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0 or index in weights or number is None:
+            raise ValueError("not a token id and a weight")
+        weights[index] = number
+    return weights
+
+
+def _matrix(value: Any) -> np.ndarray:
+    shape = value["shape"]
+    if not (isinstance(shape, list) and len(shape) == 2 and all(type(n) is int and n >= 0 for n in shape)):
+        raise ValueError("not a (tokens, width) shape")
+    return _float32(value["data"]).reshape(shape)
+
+
+_READERS = {"dense": _float32, "sparse": _sparse, "multi_vector": _matrix}
+
+
 def score_rows(answer: Any, count: int, field: str) -> list[float]:
     """The ``count`` scores of a /score or /classify answer in input order (``field``: "score", or "probs"
     whose first element is taken)."""

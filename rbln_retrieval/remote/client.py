@@ -27,7 +27,7 @@ from typing import Any, TypeVar, Unpack
 import numpy as np
 
 from rbln_retrieval.engines.options import EngineOptions
-from rbln_retrieval.engines.protocol import DESCRIBE_PATH, QUANTIZED_EMBED_PATH
+from rbln_retrieval.engines.protocol import DESCRIBE_PATH, OUTPUTS_PATH, QUANTIZED_EMBED_PATH
 from rbln_retrieval.engines.requests import (
     EmbedOptions,
     EmbedRequest,
@@ -39,13 +39,13 @@ from rbln_retrieval.engines.requests import (
 from rbln_retrieval.engines.scoring import Scorer, score
 from rbln_retrieval.engines.windows import embed_windowed
 from rbln_retrieval.models.families import ModelFamily
-from rbln_retrieval.remote.answers import quantized_rows, score_rows, vector_rows
+from rbln_retrieval.remote.answers import output_rows, quantized_rows, score_rows, vector_rows
 from rbln_retrieval.remote.calls import RemoteClosedError
 from rbln_retrieval.remote.image_calls import RemoteImageEmbedding
 from rbln_retrieval.remote.replicas import Deadline, RemoteAuthError, RemoteError, Replicas
 from rbln_retrieval.remote.served_model import RemoteModel
 from rbln_retrieval.results.finite import check_finite, finite_scores
-from rbln_retrieval.results.outputs import check_remote_outputs
+from rbln_retrieval.results.outputs import Output, check_outputs, check_remote_outputs
 from rbln_retrieval.results.quantize import check_precision, quantization_ranges, quantizer, resolve_ranges
 from rbln_retrieval.results.ranking import rank
 from rbln_retrieval.text.chunks import embed_windows
@@ -265,7 +265,11 @@ class RemoteEngine(RemoteImageEmbedding):
             )
         output = request.output
         if not (isinstance(output, str) and output == "dense") or not family.gives_dense:
-            outputs = check_remote_outputs(output, family=family.name, model=self.model)
+            outputs = self._check_outputs(output, family=family.name, model=self.model)
+            if request.dimensions is not None:
+                raise ValueError(f"dimensions applies to dense vectors only; leave it unset with output={output!r}.")
+            if self._remote.gives_outputs:
+                return await self._outputs(texts, request, family, outputs, truncate=truncate, what=what)
             dense = replace(request, output="dense")
             return {outputs[0]: await self._embed(texts, dense, truncate=truncate, what=what)}
         dimensions = request.dimensions
@@ -296,6 +300,44 @@ class RemoteEngine(RemoteImageEmbedding):
         check_finite(vectors, what)
         return vectors
 
+    def _check_outputs(self, output: Any, *, family: str, model: str) -> tuple[Output, ...]:
+        """The outputs asked for, as a local engine checks them; token-level ones only from a server that gives them
+        (`rbln-retrieval serve`), known once the replicas have described the model."""
+        check = check_outputs if self._remote.gives_outputs else check_remote_outputs
+        return check(output, family=family, model=model)
+
+    async def _outputs(
+        self,
+        texts: Iterable[str],
+        request: EmbedRequest,
+        family: ModelFamily,
+        outputs: tuple[Output, ...],
+        *,
+        truncate: Truncate,
+        what: str,
+    ) -> Any:
+        """``outputs`` of each text from the server's OUTPUTS_PATH, as the local engine gives them: the prompt put
+        in here (the server embeds the texts as given), in input order."""
+        prefix = embed_prefix(family, self.model, request.kind, request.instruction)
+        prompts = [self._remote.fit(prefix + t, truncate) for _, chunk in chunks(texts, what) for t in chunk]
+        body = {"output": list(outputs), "normalize": request.normalize, "truncate": truncate}
+
+        async def batch(items: list[str]) -> list[dict[str, Any]]:
+            return await self._post(
+                OUTPUTS_PATH, {**body, "input": items}, lambda a: output_rows(a, len(items), outputs)
+            )
+
+        rows = await self._batched(prompts, batch) if prompts else []
+        parts: dict[str, Any] = {name: [row[name] for row in rows] for name in outputs}
+        if "dense" in parts:
+            width = family.pool.hidden_size
+            parts["dense"] = np.stack(parts["dense"]) if rows else np.zeros((0, width), dtype=np.float32)
+            check_finite(parts["dense"], what)
+        for name in ("sparse", "multi_vector"):  # one flag per text, so the error names the text
+            values = [np.fromiter(v.values(), float) if name == "sparse" else v for v in parts.get(name, [])]
+            check_finite(np.array([[0.0 if np.isfinite(v).all() else np.nan] for v in values]), what)
+        return parts[request.output] if isinstance(request.output, str) else parts
+
     async def _embedding_rows(self, body: dict[str, Any], count: int, width: int) -> list[np.ndarray]:
         """vLLM's /v1/embeddings answer to ``body`` (``count`` texts or images) as float32 rows of ``width`` (0:
         unknown) in input order."""
@@ -322,8 +364,8 @@ class RemoteEngine(RemoteImageEmbedding):
             model=self.model,
             family=self._described,
             tokenizer=self._remote.tokenizer,
-            # vLLM's server gives dense vectors only: a token-level output is refused, naming the local engine
-            check_outputs=check_remote_outputs,
+            # token-level outputs only from a server that gives them (vLLM's own gives dense vectors only)
+            check_outputs=self._check_outputs,
             embed=self._embed,
             score_pairs=self._score_pairs,
             score_template=self._score_template,

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rbln_retrieval.engines.options import EngineOptions
-from rbln_retrieval.engines.protocol import DESCRIBE_PATH, QUANTIZED_EMBED_PATH
+from rbln_retrieval.engines.protocol import DESCRIBE_PATH, OUTPUTS_PATH, QUANTIZED_EMBED_PATH
 from rbln_retrieval.errors import ModelNotFoundError, ModelNotSupportedError
 from rbln_retrieval.models.families import ModelFamily, detect_family
 from rbln_retrieval.models.source import resolve_model, split_reference
@@ -66,6 +66,7 @@ class RemoteModel:
         self._served_name: str | None = None
         self._listed = False  # the served name came from the server's /v1/models (so answers must carry it)
         self.quantizes = False  # the server answers QUANTIZED_EMBED_PATH (an `rbln-retrieval serve` server does)
+        self.gives_outputs = False  # and OUTPUTS_PATH: sparse and token vectors (vLLM's own server gives dense only)
         self._tokenizer: PromptTokenizer | None = None
         # The server's advertised bounds (max_payload_bytes, max_queued_tokens, ...; empty: none known).
         self.limits: dict[str, int | None] = {}
@@ -115,6 +116,7 @@ class RemoteModel:
         if not described:
             return None
         self.quantizes = all(d.get("quantized_embeddings") == QUANTIZED_EMBED_PATH for d in described)
+        self.gives_outputs = all(d.get("outputs") == OUTPUTS_PATH for d in described)
         limits = [d["limits"] for d in described if isinstance(d.get("limits"), dict)]
         if limits:
             tightest = {key: [v for v in (bounds.get(key) for bounds in limits) if v] for key in limits[0]}

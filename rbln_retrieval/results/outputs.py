@@ -75,14 +75,15 @@ def npu_note(family: str, model: str) -> str | None:
 
 
 def check_remote_outputs(output: Any, *, family: str, model: str) -> tuple[Output, ...]:
-    """``check_outputs`` for a RemoteEngine: vLLM 0.30's server answers one pooling task per model (its
-    /pooling route refuses "embed&token_classify" and a server started for "embed" serves no token tasks), so a
-    served model gives dense vectors only."""
+    """``check_outputs`` for a RemoteEngine whose server is vLLM's own: vLLM 0.30's server answers one pooling task
+    per model (its /pooling route refuses "embed&token_classify" and a server started for "embed" serves no token
+    tasks), so a served model gives dense vectors only; `rbln-retrieval serve` gives every output."""
     outputs = check_outputs(output, family=family, model=model)
     if token_level := [name for name in outputs if name != "dense"]:
         raise ValueError(
-            f"output={token_level[0]!r} of {model} is not served over HTTP (vLLM's server gives one pooling task "
-            "per model, dense vectors here); compute it with a local PoolingEngine."
+            f"output={token_level[0]!r} of {model} is not served by this server (vLLM's own server gives one pooling "
+            "task per model, dense vectors here); serve the model with `rbln-retrieval serve`, which gives every "
+            "output, or compute it with a local PoolingEngine."
         )
     return outputs
 

@@ -115,20 +115,21 @@ def test_a_directory_with_only_one_head_is_a_plain_bi_encoder(tiny_models, tmp_p
     assert detect_family(tiny_models["bge-m3"]).graph.hf_overrides["architectures"] == ["BgeM3EmbeddingModel"]
 
 
-def test_remote_engines_say_token_outputs_are_local_only(tiny_models, minilm):
-    """vLLM's server gives one pooling task per model: the client refuses sparse and multi-vector outputs in one
-    sentence before sending anything (the fake server would fail any request)."""
+def test_a_server_without_the_outputs_route_refuses_token_outputs(tiny_models, minilm):
+    """vLLM's own server gives one pooling task per model and describes no outputs route: the client refuses sparse
+    and multi-vector outputs in one sentence before sending anything (the fake server would fail any request);
+    tests/server/test_multi_model_serve.py gets them from `rbln-retrieval serve`."""
     with FakeServer("500") as server:
         with RemoteEngine(str(tiny_models["bge-m3"]), base_url=server.url) as remote:
             for output in ("sparse", ["dense", "multi_vector"]):
-                with pytest.raises(ValueError, match=r"is not served over HTTP .* with a local PoolingEngine"):
+                with pytest.raises(ValueError, match=r"is not served by this server .* with a local PoolingEngine"):
                     remote.embed(["a"], output=output)
-            with pytest.raises(ValueError, match=r"output='multi_vector' .* is not served over HTTP"):
+            with pytest.raises(ValueError, match=r"output='multi_vector' .* is not served by this server"):
                 remote.score("q", ["a"], output="multi_vector")
         with RemoteEngine(str(tiny_models["colbert"]), base_url=server.url) as remote:
             with pytest.raises(ValueError, match=r"is a ColBERT model with no pooled vector"):
                 remote.embed(["a"])
-            with pytest.raises(ValueError, match=r"output='multi_vector' .* is not served over HTTP"):
+            with pytest.raises(ValueError, match=r"output='multi_vector' .* is not served by this server"):
                 remote.score("q", ["a"])
         with RemoteEngine(str(minilm), base_url=server.url) as remote:
             with pytest.raises(ValueError, match=r"has no sparse .* so it cannot give output='sparse'"):

@@ -173,3 +173,12 @@ def test_each_field_of_a_preset_lands_in_exactly_one_stage():
     family = ModelFamily.build("bi-encoder", architecture="BertModel", hidden_size=8, max_length=16)
     changed = family.replace(max_length=8, query_prompt="q: ")
     assert (changed.tokens.max_length, changed.prompt.query_prompt, changed.pool) == (8, "q: ", family.pool)
+
+
+def test_a_flat_read_still_answers_for_one_release_with_a_warning_naming_the_stage(tiny_models):
+    """Users' code reads ``engine.family.hidden_size``: it keeps working, warning where the field lives now."""
+    family = detect_family(tiny_models["bert-cls"])
+    with pytest.warns(DeprecationWarning, match=r"ModelFamily\.hidden_size is deprecated; read family\.pool\.hidden"):
+        assert family.hidden_size == family.pool.hidden_size
+    with pytest.raises(AttributeError, match="has no attribute 'colour'"):
+        family.colour  # noqa: B018

@@ -91,9 +91,9 @@ def test_outputs_splade_lacks_are_refused_in_one_sentence(splade):
     with FakeServer("500") as server, RemoteEngine(str(path), base_url=server.url) as remote:
         with pytest.raises(ValueError, match=r"is a SPLADE model: .* cannot give output='dense'"):
             remote.embed(["a"])
-        with pytest.raises(ValueError, match=r"output='sparse' .* is not served over HTTP"):
+        with pytest.raises(ValueError, match=r"output='sparse' .* is not served by this server"):
             remote.embed(["a"], output="sparse")
-        with pytest.raises(ValueError, match=r"output='sparse' .* is not served over HTTP"):
+        with pytest.raises(ValueError, match=r"output='sparse' .* is not served by this server"):
             remote.score("q", ["a"])
     assert server.posts == []
 

@@ -242,3 +242,44 @@ def test_any_answer_gives_a_correct_result_or_a_one_sentence_refusal(fake_server
     ranked = distrusted(lambda: scores.rerank("q", texts))
     if ranked is not None:
         assert sorted(index for index, _ in ranked) == [0, 1, 2]
+
+
+def _outputs_row(**fields: Any) -> dict[str, Any]:
+    matrix = np.arange(6, dtype="<f4")
+    row = {
+        "index": 0,
+        "dense": base64.b64encode(np.ones(4, dtype="<f4").tobytes()).decode(),
+        "sparse": {"indices": [3, 7], "values": [0.5, 1.25]},
+        "multi_vector": {"shape": [2, 3], "data": base64.b64encode(matrix.tobytes()).decode()},
+    }
+    return {**row, **fields}
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"sparse": {"indices": [3, 7], "values": [0.5]}},
+        {"sparse": {"indices": [3, 3], "values": [0.5, 1.0]}},
+        {"sparse": {"indices": [True, 7], "values": [0.5, 1.0]}},
+        {"sparse": {"indices": [-1, 7], "values": [0.5, 1.0]}},
+        {"sparse": {"indices": [3, 7], "values": ["0.5", 1.0]}},
+        {"sparse": [3, 7]},
+        {"multi_vector": {"shape": [4, 3], "data": base64.b64encode(np.zeros(6, "<f4").tobytes()).decode()}},
+        {"multi_vector": {"shape": [2, 3.0], "data": ""}},
+        {"dense": "not base64!"},
+        {"dense": base64.b64encode(b"\0" * 5).decode()},
+    ],
+)
+def test_an_outputs_answer_that_breaks_the_protocol_is_refused(fields):
+    """The outputs route's rows (sparse and token vectors from `rbln-retrieval serve`) are checked as the vector
+    routes' are: each output decodes whole or the answer is refused, never a partial or reshaped result."""
+    from rbln_retrieval.remote.answers import BadAnswer, output_rows
+
+    names = ("dense", "sparse", "multi_vector")
+    good = output_rows({"data": [_outputs_row()]}, 1, names)[0]
+    assert good["sparse"] == {3: 0.5, 7: 1.25} and good["multi_vector"].shape == (2, 3) and len(good["dense"]) == 4
+    with pytest.raises(BadAnswer, match=r"result 0 without a valid (dense|sparse|multi_vector) output"):
+        output_rows({"data": [_outputs_row(**fields)]}, 1, names)
+    narrow = base64.b64encode(np.ones(3, dtype="<f4").tobytes()).decode()
+    with pytest.raises(BadAnswer, match="a dense vector of 3 values for input 1, after 4"):
+        output_rows({"data": [_outputs_row(), _outputs_row(index=1, dense=narrow)]}, 2, names)

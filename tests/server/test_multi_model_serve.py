@@ -1,11 +1,13 @@
-"""`rbln-retrieval serve` of several models: an embedder, a cross-encoder and a SPLADE model (tiny random-weight
-ones) behind one server start. Every dialect's routes dispatch by the request's ``model`` (a rerank without one goes
-to the only reranker) and answer what each model's local engine answers; /v1/models and the description list the
-three, each with the options and limits of its entry (the server is started from config entries, as `serve
---config` reads them: a request over the reranker's own limit is refused naming it while the embedder answers);
-RemoteEngine and the framework classes pick their model on the server by ``model``; a model that cannot be served
-stops `serve` before any engine starts, in one sentence naming it; a config file's bad fields are refused one
-sentence each, and docs/serving.md's config file is valid; /metrics counts each model's requests."""
+"""`rbln-retrieval serve` of several models: an embedder (bge-m3, which gives dense, sparse and token vectors), a
+cross-encoder and a SPLADE model (tiny random-weight ones) behind one server start. Every dialect's routes dispatch
+by the request's ``model`` (a rerank without one goes to the only reranker) and answer what each model's local
+engine answers; /v1/models and the description list the three, each with the options and limits of its entry (the
+server is started from config entries, as `serve --config` reads them: a request over the reranker's own limit is
+refused naming it while the embedder answers); RemoteEngine and the framework classes pick their model on the
+server by ``model``, and RemoteEngine gets sparse and token vectors from the server's outputs route and scores with
+them as the local engines do; a model that cannot be served stops `serve` before any engine starts, in one sentence
+naming it; a config file's bad fields are refused one sentence each, and docs/serving.md's config file is valid;
+/metrics counts each model's requests."""
 
 from __future__ import annotations
 
@@ -39,21 +41,25 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "serving.md"
 def models(tiny_models) -> dict[str, str]:
     return {
         role: str(tiny_models[name])
-        for role, name in (("embedder", "bert-cls"), ("reranker", "bert-cross-encoder"), ("splade", "splade"))
+        for role, name in (
+            ("embedder", "bge-m3"),
+            ("reranker", "bert-cross-encoder"),
+            ("splade", "splade"),
+        )
     }
 
 
 @pytest.fixture(scope="module")
-def local(models, tiny_engine):
+def local(models):
     """Each model's local engine, as the server runs it (float32, CPU)."""
     engines = {
-        "embedder": tiny_engine,
+        "embedder": PoolingEngine.shared(models["embedder"], **CPU),
         "reranker": PoolingEngine.shared(models["reranker"], **CPU),
         "splade": PoolingEngine.shared(models["splade"], **CPU),
     }
     yield engines
-    engines["reranker"].close()
-    engines["splade"].close()
+    for engine in engines.values():
+        engine.close()
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +83,7 @@ def test_the_models_are_listed_and_described(server, models):
     assert [row["id"] for row in listed["data"]] == list(models.values())
     described = httpx.get(server.url + DESCRIBE_PATH, timeout=60).json()
     assert [d["model"] for d in described["models"]] == list(models.values())
-    assert [d["family"]["name"] for d in described["models"]][1:] == ["cross-encoder", "splade"]
+    assert [d["family"]["name"] for d in described["models"]] == ["bge-m3", "cross-encoder", "splade"]
     limits = [d["family"]["max_length"] for d in described["models"]]
     assert limits[1] == RERANKER_MAX_LENGTH and limits[0] > RERANKER_MAX_LENGTH, "each model's own options"
 
@@ -177,6 +183,46 @@ def test_metrics_count_each_models_requests_and_latencies(server, models):
     assert re.search(
         r'^rbln_retrieval_requests_total\{model="",route="/v1/embeddings",status="404"\} [1-9]', text, re.M
     )
+
+
+def test_remote_engines_get_sparse_and_token_vectors_and_score_with_them(server, models, local):
+    """The server's outputs route gives what vLLM's own server cannot (one pooling task per model): SPLADE's sparse
+    vectors and bge-m3's three outputs from one request, as the local engines give them, with the query prompt put
+    in by the client; and scores from them (SPLADE's sparse dot product, bge-m3's MaxSim) equal the local ones."""
+
+    def assert_sparse_equal(got, want):
+        for row, expected in zip(got, want, strict=True):
+            assert row == pytest.approx(expected, rel=1e-5, abs=1e-6)
+
+    splade, m3 = local["splade"], local["embedder"]
+    with get_engine(models["splade"], base_url=server.url) as remote:
+        assert_sparse_equal(remote.embed(TEXTS, output="sparse"), splade.embed(TEXTS, output="sparse"))
+        assert_sparse_equal(
+            remote.embed([QUERY], output="sparse", kind="query"), splade.embed([QUERY], output="sparse", kind="query")
+        )
+        assert remote.score(QUERY, TEXTS) == pytest.approx(splade.score(QUERY, TEXTS), rel=1e-5, abs=1e-6)
+        assert remote.embed([], output="sparse") == []
+    outputs = ["dense", "sparse", "multi_vector"]
+    with get_engine(models["embedder"], base_url=server.url) as remote:
+        got, want = remote.embed(TEXTS, output=outputs), m3.embed(TEXTS, output=outputs)
+        np.testing.assert_allclose(got["dense"], want["dense"], atol=1e-6, rtol=0)
+        assert_sparse_equal(got["sparse"], want["sparse"])
+        for row, expected in zip(got["multi_vector"], want["multi_vector"], strict=True):
+            np.testing.assert_allclose(row, expected, atol=1e-6, rtol=0)
+        by_maxsim = remote.score(QUERY, TEXTS, output="multi_vector")
+        assert by_maxsim == pytest.approx(m3.score(QUERY, TEXTS, output="multi_vector"), abs=1e-5)
+        with pytest.raises(ValueError, match="dimensions applies to dense vectors only"):
+            remote.embed(TEXTS, output="sparse", dimensions=8)
+    # The framework classes given the server's URL: LangChain's sparse embeddings and late-interaction reranker.
+    from langchain_rbln import RBLNReranker, RBLNSparseEmbeddings
+
+    sparse = RBLNSparseEmbeddings(model=models["embedder"], base_url=server.url).embed_documents(TEXTS)
+    assert_sparse_equal([dict(zip(v.indices, v.values, strict=True)) for v in sparse], want["sparse"])
+    reranker = RBLNReranker(model=models["embedder"], base_url=server.url, late_interaction=True, top_n=None)
+    ranked = [(row["index"], row["relevance_score"]) for row in reranker.rerank(TEXTS, QUERY)]
+    expected = m3.rerank(QUERY, TEXTS, output="multi_vector")
+    assert [i for i, _ in ranked] == [i for i, _ in expected]
+    assert [s for _, s in ranked] == pytest.approx([s for _, s in expected], abs=1e-5)
 
 
 def test_a_model_that_cannot_be_served_stops_serve_naming_it(models, tmp_path):
