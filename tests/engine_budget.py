@@ -177,5 +177,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     write("  engines servers  file")
     for file in sorted(engines_per_file | budget.servers, key=lambda f: (-engines_per_file[f] - budget.servers[f], f)):
         write(f"  {engines_per_file[file]:7d} {budget.servers[file]:7d}  {file}")
+    # Once more as the last line before pytest's summary: CI's log shows only its end.
+    totals = f"engines {engines} of {engine_limit}, servers {servers} of {server_limit}"
     if budget.over():
-        write("over budget: make tests share engines (see docs/development.md) before raising the limit", red=True)
+        write(f"over budget ({totals}): share engines (docs/development.md) before raising the limit", red=True)
+    else:
+        write(f"within budget ({totals})")
