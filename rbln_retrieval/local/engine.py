@@ -265,9 +265,7 @@ class PoolingEngine(ImageEmbedding, PairScoring):
         output = request.output
         if isinstance(output, str) and output == "dense" and self.family.gives_dense:
             return await self._embed(texts, request, truncate=truncate, what=what)
-        outputs = check_outputs(output, family=self.family.name, model=self.model)
-        if request.dimensions is not None:
-            raise ValueError(f"dimensions applies to dense vectors only; leave it unset with output={output!r}.")
+        outputs = check_outputs(output, family=self.family.name, model=self.model, dimensions=request.dimensions)
         from vllm import PoolingParams
 
         tasks = {

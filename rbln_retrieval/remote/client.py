@@ -265,9 +265,7 @@ class RemoteEngine(RemoteImageEmbedding):
             )
         output = request.output
         if not (isinstance(output, str) and output == "dense") or not family.gives_dense:
-            outputs = self._check_outputs(output, family=family.name, model=self.model)
-            if request.dimensions is not None:
-                raise ValueError(f"dimensions applies to dense vectors only; leave it unset with output={output!r}.")
+            outputs = self._check_outputs(output, family=family.name, model=self.model, dimensions=request.dimensions)
             if self._remote.gives_outputs:
                 return await self._outputs(texts, request, family, outputs, truncate=truncate, what=what)
             dense = replace(request, output="dense")
@@ -300,11 +298,13 @@ class RemoteEngine(RemoteImageEmbedding):
         check_finite(vectors, what)
         return vectors
 
-    def _check_outputs(self, output: Any, *, family: str, model: str) -> tuple[Output, ...]:
+    def _check_outputs(
+        self, output: Any, *, family: str, model: str, dimensions: int | None = None
+    ) -> tuple[Output, ...]:
         """The outputs asked for, as a local engine checks them; token-level ones only from a server that gives them
         (`rbln-retrieval serve`), known once the replicas have described the model."""
         check = check_outputs if self._remote.gives_outputs else check_remote_outputs
-        return check(output, family=family, model=model)
+        return check(output, family=family, model=model, dimensions=dimensions)
 
     async def _outputs(
         self,

@@ -37,8 +37,9 @@ _MISSING_HEAD = {
 }
 
 
-def check_outputs(output: Any, *, family: str, model: str) -> tuple[Output, ...]:
-    """The requested outputs as a tuple, or ValueError/TypeError in one sentence naming the model and output."""
+def check_outputs(output: Any, *, family: str, model: str, dimensions: int | None = None) -> tuple[Output, ...]:
+    """The requested outputs as a tuple, or ValueError/TypeError in one sentence naming the model and output (or
+    the ``dimensions`` given, which cut dense vectors alone)."""
     names = (output,) if isinstance(output, str) else output
     if not isinstance(names, Sequence) or isinstance(names, bytes) or not names:
         raise TypeError(f"output is {output!r}; expected one of {', '.join(OUTPUTS)} or a non-empty list of them.")
@@ -55,7 +56,13 @@ def check_outputs(output: Any, *, family: str, model: str) -> tuple[Output, ...]
             )
     if len(set(names)) != len(names):
         raise ValueError(f"output={list(names)!r} names an output twice.")
+    _refuse_dimensions(output, dimensions)
     return tuple(names)
+
+
+def _refuse_dimensions(output: Any, dimensions: int | None) -> None:
+    if dimensions is not None:
+        raise ValueError(f"dimensions applies to dense vectors only; leave it unset with output={output!r}.")
 
 
 def npu_note(family: str, model: str) -> str | None:
@@ -74,7 +81,7 @@ def npu_note(family: str, model: str) -> str | None:
     )
 
 
-def check_remote_outputs(output: Any, *, family: str, model: str) -> tuple[Output, ...]:
+def check_remote_outputs(output: Any, *, family: str, model: str, dimensions: int | None = None) -> tuple[Output, ...]:
     """``check_outputs`` for a RemoteEngine whose server is vLLM's own: vLLM 0.30's server answers one pooling task
     per model (its /pooling route refuses "embed&token_classify" and a server started for "embed" serves no token
     tasks), so a served model gives dense vectors only; `rbln-retrieval serve` gives every output."""
@@ -85,6 +92,7 @@ def check_remote_outputs(output: Any, *, family: str, model: str) -> tuple[Outpu
             "task per model, dense vectors here); serve the model with `rbln-retrieval serve`, which gives every "
             "output, or compute it with a local PoolingEngine."
         )
+    _refuse_dimensions(output, dimensions)
     return outputs
 
 
