@@ -114,7 +114,9 @@ def test_remote_engine_equals_local_and_survives_a_killed_replica(proxy_url, min
     texts = passages()[:64]
     local = minilm_engine.embed(texts)
     local_query = minilm_engine.embed(["how do exceptions work?"], kind="query")
-    remote = RemoteEngine(minilm, base_url=proxy_url, api_key=API_KEY, batch_size=8, max_retries=8)
+    # A failure bound only: once a replica is killed the survivor holds every caller's requests while the replacement
+    # starts beside it, so one request's wait is set by the host's load, not by the client (the default is 60 s).
+    remote = RemoteEngine(minilm, base_url=proxy_url, api_key=API_KEY, batch_size=8, max_retries=8, timeout=900)
     np.testing.assert_allclose(remote.embed(texts), local, atol=1e-5, rtol=0)
     np.testing.assert_allclose(remote.embed(["how do exceptions work?"], kind="query"), local_query, atol=1e-5)
 
