@@ -20,7 +20,6 @@ from typing import Any, Protocol
 from rbln_retrieval.engines.requests import EmbedRequest, ScoreRequest
 from rbln_retrieval.engines.windows import score_windowed
 from rbln_retrieval.models.families import ModelFamily
-from rbln_retrieval.models.spec import Scoring
 from rbln_retrieval.results.outputs import Output, maxsim, sparse_dot
 from rbln_retrieval.text.chunks import score_windows
 from rbln_retrieval.text.inputs import Truncate, check_query, chunking
@@ -84,28 +83,25 @@ async def score(
     method = score_method(family, scorer.model, instruction)
     if output not in ("dense", "multi_vector"):
         raise ValueError(f"score takes output='dense' or 'multi_vector', not {output!r}.")
-    late: Output | None = None
-    if output == "multi_vector" or family.late_interaction_only:
-        late = "multi_vector"
-    elif method is Scoring.SPARSE_DOT:
-        late = "sparse"
-    if late is not None:
-        scorer.check_outputs(late, family=family.name, model=scorer.model)
-        docs = await scorer.embed(documents, EmbedRequest(output=late), truncate=truncate, what="documents")
-        if not docs:
-            return []
-        query_request = EmbedRequest(kind="query", instruction=instruction, output=late)
-        (q,) = await scorer.embed([query], query_request, truncate=truncate, what="texts")
-        if late == "sparse":
-            return [sparse_dot(q, d) for d in docs]
-        return [maxsim(q, d, family=family.name) for d in docs]
-    if method.embeds:
-        vectors = await scorer.embed(documents, EmbedRequest(), truncate=truncate, what="documents")
-        if len(vectors) == 0:
-            return []
-        q = await scorer.embed(
-            [query], EmbedRequest(kind="query", instruction=instruction), truncate=truncate, what="texts"
-        )
-        return [float(s) for s in vectors @ q[0]]
-    score_pairs = scorer.score_template if method is Scoring.TEMPLATE else scorer.score_pairs
-    return await score_pairs(query, documents, family=family, instruction=instruction, truncate=truncate)
+    compared = "multi_vector" if output == "multi_vector" or family.late_interaction_only else method.compares
+    if compared is None:  # the model reads each pair: inside the family's template when it has one
+        score_pairs = scorer.score_pairs if family.spec.pair_template is None else scorer.score_template
+        return await score_pairs(query, documents, family=family, instruction=instruction, truncate=truncate)
+    if compared != "dense":
+        scorer.check_outputs(compared, family=family.name, model=scorer.model)
+    docs = await scorer.embed(documents, EmbedRequest(output=compared), truncate=truncate, what="documents")
+    if len(docs) == 0:
+        return []
+    query_request = EmbedRequest(kind="query", instruction=instruction, output=compared)
+    (q,) = await scorer.embed([query], query_request, truncate=truncate, what="texts")
+    return compare(compared, q, docs, family)
+
+
+def compare(output: Output, query: Any, documents: Any, family: ModelFamily) -> list[float]:
+    """The score of each document's ``output`` against the query's: the dot product of dense or sparse vectors, or
+    MaxSim over token vectors (reduced as the family's spec says)."""
+    if output == "sparse":
+        return [sparse_dot(query, d) for d in documents]
+    if output == "multi_vector":
+        return [maxsim(query, d, family=family.name) for d in documents]
+    return [float(s) for s in documents @ query]

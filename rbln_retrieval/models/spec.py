@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum, auto
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
@@ -25,25 +24,28 @@ _ROBERTA_TYPES = {"roberta", "xlm-roberta"}
 _PLAIN_MLP_TYPES = {"bert", *_ROBERTA_TYPES}
 
 
-class Scoring(Enum):
-    """How a family scores a query against documents."""
+@dataclass(frozen=True)
+class Scoring:
+    """How a family scores a query against documents, as data the scoring router reads (it names no mode): the
+    engine embeds query and documents apart and compares one output of theirs (``compares``: dense vectors by their
+    dot product, sparse vectors by theirs, token vectors by MaxSim with the spec's ``maxsim_reduction``), or, with
+    ``compares=None``, the model reads each (query, document) pair: inside the family's ``pair_template`` when the
+    spec has one (a template reranker), else as the tokenizer's two segments (a cross-encoder). A family that scores
+    by another combination of these is one value in its spec."""
 
-    COSINE = auto()  # embed query and documents; the dot product of the normalized vectors
-    MAXSIM = auto()  # embed token vectors; late interaction (the spec's maxsim_reduction)
-    SPARSE_DOT = auto()  # embed sparse vectors; their dot product
-    PAIRS = auto()  # the model reads each (query, document) pair (a cross-encoder)
-    TEMPLATE = auto()  # the model reads the family's pair template around query and document (yes/no logits)
+    compares: Output | None = "dense"
+    takes_instruction: bool = True  # False: an instruction is refused (a cross-encoder has nowhere to put it)
 
     @property
     def embeds(self) -> bool:
         """Query and documents are embedded apart and compared (not read together by the model)."""
-        return self not in (Scoring.PAIRS, Scoring.TEMPLATE)
+        return self.compares is not None
 
 
 @dataclass(frozen=True)
 class PairTemplate:
-    """A reranker's prompt around a (query, document) pair (``Scoring.TEMPLATE``): the fixed prefix and suffix are
-    never truncated. The scoring stage asks the family's template for its texts and knows no family."""
+    """A reranker's prompt around a (query, document) pair, for a family whose Scoring reads pairs: the fixed prefix
+    and suffix are never truncated. The scoring stage asks the family's template for its texts and knows no family."""
 
     prefix: str
     pair: str  # with {instruction}, {query} and {document}
@@ -147,14 +149,14 @@ class FamilySpec:
     preset: Callable[[Checkpoint], dict[str, Any]]  # the checkpoint's ModelFamily fields (all but name)
     # Claims a checkpoint (may refuse one it recognises but cannot run); None: by its architecture alone.
     detect: Callable[[Checkpoint], bool] | None = None
-    scoring: Scoring = Scoring.COSINE
+    scoring: Scoring = Scoring()
     outputs: tuple[Output, ...] = ("dense",)
     maxsim_reduction: Literal["sum", "mean"] = "sum"  # how MaxSim combines the query vectors' best matches
     query_prompt: str = ""  # defaults when the model directory declares no prompts
     document_prompt: str = ""
     query_template: str | None = None  # how an instruction becomes the query prompt ({instruction}); None: verbatim
     default_instruction: str | None = None  # the task a model takes when the caller gives none
-    pair_template: PairTemplate | None = None  # Scoring.TEMPLATE only
+    pair_template: PairTemplate | None = None  # a pair-reading family's prompt around each pair
     matryoshka: bool = False
     vocabulary_row: bool = False  # the "embed" task's one vocabulary-sized row is its sparse vector
     # The bundled backend's vLLM architecture it runs as (one of backend/graph's), registered in every vLLM process
@@ -165,6 +167,13 @@ class FamilySpec:
     refuse_output: str | None = None  # sentence for an output it lacks: {model}, {output}, {missing} (the head)
     npu_note: str | None = None  # what the NPU runner does with its token-level outputs, when not the usual
     images: bool = False  # embeds images and texts into one space; claimed by architecture, never by ``family=``
+
+    def __post_init__(self) -> None:
+        compares = self.scoring.compares
+        if compares is not None and compares not in self.outputs:
+            raise ValueError(f"The {self.name} family compares {compares} outputs but gives only {self.outputs}.")
+        if self.pair_template is not None and self.scoring.embeds:
+            raise ValueError(f"The {self.name} family has a pair template but embeds; a template is read with pairs.")
 
     def claims(self, ckpt: Checkpoint) -> bool:
         """Whether this family runs ``ckpt``."""

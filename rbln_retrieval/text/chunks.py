@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from rbln_retrieval.models.families import ModelFamily
-from rbln_retrieval.models.spec import Scoring
 from rbln_retrieval.text.inputs import Chunk
 from rbln_retrieval.text.prompts import embed_prefix, pair_template, score_method, template_pairs
 from rbln_retrieval.text.tokens import PromptTokenizer
@@ -116,7 +115,7 @@ def score_windows(tokenizer: PromptTokenizer, model: str, query: str, instructio
     method = score_method(family, model, instruction)
     if method.embeds:
         return embed_windows(tokenizer, embed_prefix(family, model, "document", None), chunk)
-    if method is Scoring.PAIRS:
+    if family.spec.pair_template is None:
 
         def pairs(docs: list[str]) -> list[int]:
             return [len(ids) for ids in hf([query] * len(docs), docs)["input_ids"]]

@@ -38,13 +38,13 @@ def score_method(family: ModelFamily, model: str, instruction: str | None) -> Sc
     """How ``family`` scores a query against documents; refuses an instruction the family cannot take."""
     _check_instruction(instruction)
     method = family.spec.scoring
-    if method is Scoring.PAIRS and instruction is not None:
-        raise ValueError(f"{model} is a cross-encoder and takes no instruction; leave instruction unset.")
+    if not method.takes_instruction and instruction is not None:
+        raise ValueError(f"{model} ({family.name}) takes no instruction; leave instruction unset.")
     return method
 
 
 def pair_template(family: ModelFamily) -> PairTemplate:
-    """The template a Scoring.TEMPLATE family reads around each (query, document) pair."""
+    """The template a pair-reading family with one reads around each (query, document) pair."""
     if family.spec.pair_template is None:
         raise ValueError(f"The {family.name} family scores without a pair template.")
     return family.spec.pair_template

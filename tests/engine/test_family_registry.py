@@ -17,7 +17,6 @@ from multimodal_builders import build_clip, build_colpali, build_siglip
 
 from rbln_retrieval import detect_family
 from rbln_retrieval.models.families import ModelFamily
-from rbln_retrieval.models.spec import Scoring
 from rbln_retrieval.models.specs import SPECS, SPECS_BY_NAME, FamilyName
 from rbln_retrieval.models.stages import STAGE_OF, STAGES
 
@@ -25,8 +24,8 @@ REPO = Path(__file__).resolve().parents[2]
 SHIPPED = (REPO / "rbln_retrieval", REPO / "integrations")
 SPECS_DIR = REPO / "rbln_retrieval" / "models" / "specs"
 FAMILY_NAMES = frozenset(get_args(FamilyName))
-# Score methods by their names, and the strings that once stood for them.
-SCORE_METHODS = frozenset(m.name.lower() for m in Scoring) | {"cosine", "sparse-dot", "maxsim"}
+# Score methods by the names they once had: a family's Scoring is data the router reads, never a named mode.
+SCORE_METHODS = frozenset({"cosine", "sparse-dot", "sparse_dot", "maxsim", "pairs", "template"})
 BANNED = FAMILY_NAMES | SCORE_METHODS
 
 

@@ -4,6 +4,7 @@ model scores with, and the checks made before any of them runs. No model, no eng
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -12,6 +13,8 @@ import pytest
 from rbln_retrieval.engines.requests import EmbedRequest, ScoreRequest
 from rbln_retrieval.engines.scoring import Scorer, score
 from rbln_retrieval.models.families import ModelFamily
+from rbln_retrieval.models.spec import PairTemplate, Scoring
+from rbln_retrieval.models.specs import SPECS_BY_NAME, spec_named
 from rbln_retrieval.results.outputs import check_outputs
 
 
@@ -106,3 +109,34 @@ async def test_what_the_model_cannot_do_is_refused_before_any_step():
     with pytest.raises(ValueError, match="query is empty"):
         await score(engine.scorer(), " ", ["a"], request=ScoreRequest(), truncate="end")
     assert engine.calls == []
+
+
+async def test_a_family_scoring_another_way_needs_only_its_spec(monkeypatch):
+    """The router reads a family's Scoring and pair template as data: a bi-encoder whose spec compares its sparse
+    output scores by the sparse dot product, and a pair-reading spec with a template is read through the template
+    reader, with no change outside the spec."""
+    bi = spec_named("bi-encoder")
+    respecced = {
+        "bi-encoder": replace(bi, scoring=Scoring(compares="sparse"), outputs=("dense", "sparse")),
+        "cross-encoder": replace(
+            spec_named("cross-encoder"),
+            scoring=Scoring(compares=None),
+            pair_template=PairTemplate("<", "{instruction}{query}{document}", ">"),
+        ),
+    }
+    for name, spec in respecced.items():
+        monkeypatch.setitem(SPECS_BY_NAME, name, spec)
+    sparse = FakeEngine("bi-encoder")
+    assert await sparse.score(["a", "abc"]) == [1.0 + 2 * 1, 1.0 + 2 * 3]
+    assert [c[1][1] for c in sparse.calls] == ["sparse", "sparse"]
+    templated = FakeEngine("cross-encoder")
+    assert await templated.score(["a"], instruction="Find it") == [0.25]  # now takes an instruction
+    assert templated.calls == [("qwen3-reranker", "Find it")]
+
+
+def test_a_spec_whose_scoring_does_not_fit_its_outputs_is_refused_when_written():
+    bi = spec_named("bi-encoder")
+    with pytest.raises(ValueError, match="compares sparse outputs but gives only"):
+        replace(bi, scoring=Scoring(compares="sparse"))
+    with pytest.raises(ValueError, match="has a pair template but embeds"):
+        replace(bi, pair_template=PairTemplate("", "{query}{document}", ""))

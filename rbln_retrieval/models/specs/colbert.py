@@ -62,7 +62,7 @@ SPEC = FamilySpec(
     architectures=ARCHS,
     detect=_detect,
     preset=_preset,
-    scoring=Scoring.MAXSIM,
+    scoring=Scoring(compares="multi_vector"),
     outputs=("multi_vector",),
     refuse_output=(
         "{model} is a ColBERT model with no {missing}, so it cannot give output={output!r}; ask for "

@@ -74,7 +74,7 @@ SPEC = FamilySpec(
     name="colpali",
     architectures=frozenset({ARCH}),
     preset=_preset,
-    scoring=Scoring.MAXSIM,
+    scoring=Scoring(compares="multi_vector"),
     outputs=("multi_vector",),
     refuse_output=(
         "{model} is a ColPali model with no {missing}: it gives token vectors only; ask for "

@@ -35,5 +35,5 @@ SPEC = FamilySpec(
     name="cross-encoder",
     architectures=ARCHS,
     preset=_preset,
-    scoring=Scoring.PAIRS,
+    scoring=Scoring(compares=None, takes_instruction=False),
 )

@@ -40,7 +40,7 @@ SPEC = FamilySpec(
     architectures=QWEN3_ARCHS,
     detect=lambda ckpt: ckpt.arch in QWEN3_ARCHS and ckpt.pooling is None,
     preset=_preset,
-    scoring=Scoring.TEMPLATE,
+    scoring=Scoring(compares=None),
     default_instruction=QWEN3_DEFAULT_TASK,
     pair_template=PairTemplate(QWEN3_RERANKER_PREFIX, QWEN3_RERANKER_PAIR, QWEN3_RERANKER_SUFFIX),
 )

@@ -92,7 +92,7 @@ SPEC = FamilySpec(
     # What a retrieval engine computes from a masked-LM head; check_splade refuses the rest.
     detect=lambda ckpt: is_masked_lm(ckpt.arch),
     preset=_preset,
-    scoring=Scoring.SPARSE_DOT,
+    scoring=Scoring(compares="sparse"),
     outputs=("sparse",),
     vocabulary_row=True,
     bundled_model=SPLADE_OVERRIDES["architectures"][0],
