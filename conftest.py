@@ -24,7 +24,7 @@ from model_builders import (
 
 # Engine and server starts per session, against the limits docs/development.md states; the two-worker lane's
 # grouping and threads; pytester for their tests.
-pytest_plugins = ["engine_budget", "workers", "pytester"]
+pytest_plugins = ["engine_budget", "workers", "timeline", "pytester"]
 
 
 class TinyModels:
