@@ -1,8 +1,8 @@
-"""Read a `make test` timeline (``pytest --timeline PATH``, tests/timeline.py) and say where the wall time went: each
+"""Read a `make test` timeline (``pytest --timeline=PATH``, tests/timeline.py) and say where the wall time went: each
 worker's busy and waiting seconds, the tail one worker ran alone, the cores' busy share over the run, and the files
 that held a worker longest.
 
-    PYTEST_ARGS="--timeline /tmp/timeline.jsonl" make test
+    PYTEST_ARGS="--timeline=/tmp/timeline.jsonl" make test
     python bench/suite_timeline.py /tmp/timeline.jsonl
 """
 

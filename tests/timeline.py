@@ -1,7 +1,8 @@
-"""Where the suite's wall time goes: with ``--timeline PATH`` the session's controller writes one JSON line per test
+"""Where the suite's wall time goes: with ``--timeline=PATH`` the session's controller writes one JSON line per test
 phase (its worker, node id, phase, start and stop), the session's start and, every 10 s, the machine's CPU busy
 share and load average from /proc, so a run shows when a worker waited and when the cores stood idle
-(bench/suite_timeline.py reads it).
+(bench/suite_timeline.py reads it). Written with ``=``: pytest finds its rootdir, and so this plugin, from the
+arguments before it knows the option, and a separate path would be taken for a test path.
 Off unless asked; nothing here changes what a test sees. Loaded from the root conftest.py (``pytest_plugins``);
 imports nothing of the test helpers."""
 
