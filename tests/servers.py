@@ -1,7 +1,10 @@
-"""Start `rbln-retrieval serve` replicas on loopback ports for tests, and tear them down with SIGTERM."""
+"""Start `rbln-retrieval serve` replicas on loopback ports for tests, and tear them down with SIGTERM; a server
+outlives no test process (Linux's parent-death signal: SIGTERM, serve's own stop, when the test process dies by any
+means, so a killed or interrupted run leaves no server or engine process behind)."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -27,6 +30,17 @@ SERVE = (
 # Every route the server mounts besides the probes (its route table): the key guards each of them.
 GUARDED = [(route.method, route.path) for route in route_table()]
 PROBES = ["/health", "/ping", "/version", "/metrics"]
+
+
+PR_SET_PDEATHSIG = 1
+# Looked up here, not in the forked child, where the dynamic loader's lock may be held by a thread that did not fork.
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl
+
+
+def _stop_with_parent() -> None:
+    """In the server's process before it runs serve: SIGTERM when the test process (the thread that started it, the
+    pytest process's main thread) dies; serve stops its engine processes on it."""
+    _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def free_port() -> int:
@@ -76,6 +90,7 @@ class Server:
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
+            preexec_fn=_stop_with_parent,
         )
 
     def wait_ready(self, timeout: float = 600) -> None:
