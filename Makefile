@@ -34,7 +34,7 @@ docs: install
 
 # The suite on PYTEST_WORKERS pytest-xdist workers (tests/workers.py: a file, or the files sharing a session server
 # or a Ray cluster, per worker, the longest first); PYTEST_WORKERS=0, or `make test-serial`, runs it in one process.
-# PYTEST_ARGS go to pytest (e.g. "--timeline=run.jsonl", read by bench/suite_timeline.py).
+# PYTEST_ARGS go to pytest in both (e.g. "--timeline=run.jsonl", read by bench/suite_timeline.py).
 PYTEST_WORKERS ?= 2
 WORKERS := -n $(PYTEST_WORKERS) --dist loadfile
 
@@ -42,7 +42,7 @@ test: install
 	$(PY) -m pytest $(WORKERS) $(PYTEST_ARGS)
 
 test-serial: install
-	$(PY) -m pytest
+	$(PY) -m pytest $(PYTEST_ARGS)
 
 # A developer's loop, about 2 minutes: pinned imports, unit tests, input checks and the MiniLM engine's own
 # behaviour; no servers, no Ray, no examples (those run in `make test`).

@@ -41,11 +41,10 @@ def main() -> None:
         by_worker[phase["worker"]].append(phase)
     finished = []
     for worker, own in sorted(by_worker.items()):
-        own.sort(key=lambda p: p["start"])
         busy = sum(p["stop"] - p["start"] for p in own)
         last = max(p["stop"] for p in own)
         finished.append(last)
-        waited = last - own[0]["start"] - busy
+        waited = last - min(p["start"] for p in own) - busy
         print(f"{worker}: in tests {busy:,.0f} s, between them {waited:,.0f} s, done at +{last - begin:,.0f} s")
     if len(finished) > 1:
         print(f"tail: {end - min(finished):,.0f} s after the first worker finished")
