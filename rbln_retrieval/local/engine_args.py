@@ -14,18 +14,16 @@ from rbln_retrieval import cpu_features
 from rbln_retrieval.engines.options import EngineOptions
 from rbln_retrieval.models.families import ModelFamily
 
-# vLLM's CPU worker process binds its compute threads to all cores but one, which it reserves for the engine-core
-# process; on a small host that halves compute. Compute gets every core this process may use unless the caller
-# set vLLM's own variables. (In-process engines spawn no worker; vLLM applies these only when it does.)
-_THREAD_VARS = ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU")
+# vLLM's own thread binding: its CPU executor spawns a worker process to apply them before OpenMP starts.
+THREAD_VARS = ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU")
 
 
-def cpu_threads_env() -> dict[str, str]:
-    """Environment for vLLM's CPU worker: OpenMP threads on every allowed core, none reserved."""
-    if any(name in os.environ for name in _THREAD_VARS):
-        return {}
-    cores = ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
-    return {"VLLM_CPU_OMP_THREADS_BIND": cores, "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+def executor_backend() -> str:
+    """vLLM's executor for one engine: its worker inside the engine-core process ("uni"), computing on every core
+    the process may use, unless the caller set vLLM's thread-binding variables, which only the worker process of
+    vLLM's "mp" executor applies (it reserves one core for the engine core, unless told otherwise). A worker
+    process is a third process per engine: a second import of torch and vLLM at every start, and its own memory."""
+    return "mp" if any(name in os.environ for name in THREAD_VARS) else "uni"
 
 
 def resolve_dtype(dtype: str, device: str) -> str:
@@ -45,16 +43,22 @@ def resolve_dtype(dtype: str, device: str) -> str:
 
 
 def vllm_engine_kwargs(
-    model_dir: str | Path, family: ModelFamily, options: EngineOptions, *, device: str, model_key: str | None = None
+    model_dir: str | Path,
+    family: ModelFamily,
+    options: EngineOptions,
+    *,
+    device: str,
+    in_process: bool,
+    model_key: str | None = None,
 ) -> dict[str, Any]:
     """Keyword arguments for vllm.AsyncEngineArgs (names match vLLM's CLI flags with dashes) for ``options`` on the
-    resolved ``device``.
+    resolved ``device``, run in the calling process or (``in_process=False``) in vLLM's engine-core process.
 
     The bundled runner adds its settings for its target ("host" or "rbln"); its own options (buckets, attention,
     ...) come from ``engine_kwargs["additional_config"]["rbln_retrieval"]``. ``model_key`` names the model in the
     compile-cache key (``ModelSource``'s ``id@commit``; default: ``model_dir``).
     """
-    extra = dict(options.engine_kwargs)
+    extra = {"distributed_executor_backend": "uni" if in_process else executor_backend(), **options.engine_kwargs}
     dtype = resolve_dtype(options.dtype, device)
     target = options.target(device)
     if target is None:
@@ -109,8 +113,6 @@ def _stock_kwargs(
         "disable_log_stats": True,
         # A library's users see their own progress bars; vLLM's checkpoint-loading bar is noise at every start.
         "use_tqdm_on_load": False,
-        # One worker: run it inside the engine-core process instead of spawning another one (seconds at start).
-        "distributed_executor_backend": "uni",
         # Texts reach vLLM as token ids (text/tokens.py tokenizes them), so vLLM's own tokenizer would be a second
         # load at every start, copied again for its renderer. Image-text models keep it: vLLM's processors place
         # the image tokens with it.

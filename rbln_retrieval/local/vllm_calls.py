@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 
 from rbln_retrieval.engines.options import EngineOptions
 from rbln_retrieval.errors import EngineDeadError, EngineStartError
-from rbln_retrieval.local.engine_args import cpu_threads_env, vllm_engine_kwargs
+from rbln_retrieval.local.engine_args import vllm_engine_kwargs
 from rbln_retrieval.models.families import ModelFamily
 from rbln_retrieval.models.files import unreadable_weights
 from rbln_retrieval.models.source import ModelSource
@@ -61,12 +61,10 @@ async def start_vllm(
 
     from rbln_retrieval.local.inproc import InprocEngine
 
-    kwargs = vllm_engine_kwargs(model, family, options, device=device, model_key=str(source))
+    kwargs = vllm_engine_kwargs(model, family, options, device=device, in_process=in_process, model_key=str(source))
     if family.spec.bundled_model:
         backend.import_model(family.spec.bundled_model)
-    # vLLM's CPU platform allows the uni executor only with multiprocessing off; the thread variables reach only a
-    # worker process vLLM spawns.
-    env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if in_process else (cpu_threads_env() if device == "cpu" else {})
+    env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if in_process else {}
     engine: Any
     try:
         with backend.activated(target, env):

@@ -50,7 +50,6 @@ class PoolingServer:
     async def __init__(self, models: list[ModelEntry], api_key: str | None, limits: Any, options: dict[str, Any]):  # type: ignore[misc]
         # Ray Serve awaits an async constructor: the replica is ready once its engines are.
         from rbln_retrieval import backend
-        from rbln_retrieval.local.engine_args import cpu_threads_env
         from rbln_retrieval.server.serve import as_limits, build_served_app, entry_setups, start_engine
 
         announce_placement("serve replica")
@@ -61,7 +60,7 @@ class PoolingServer:
         self._engines: list[Any] = []
         for entry, setup in zip(entries, setups, strict=True):
             # The engine's processes start inside the block and inherit the backend choice and their NPUs.
-            env = cpu_threads_env() if setup.target != "rbln" else replica_devices(entry, assigned)
+            env = replica_devices(entry, assigned) if setup.target == "rbln" else {}
             with backend.activated(setup.target, env):
                 self._engines.append(await asyncio.to_thread(start_engine, setup))
         self._app = build_served_app(self._engines, setups, limits)

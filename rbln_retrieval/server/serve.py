@@ -35,7 +35,6 @@ from rbln_retrieval import backend
 from rbln_retrieval.engines.options import EngineOptions, LocalModel, local_model
 from rbln_retrieval.engines.protocol import OUTPUTS_PATH, QUANTIZED_EMBED_PATH
 from rbln_retrieval.local.device import resolve_device
-from rbln_retrieval.local.engine_args import cpu_threads_env
 from rbln_retrieval.models.families import ModelFamily
 from rbln_retrieval.models.files import unreadable_weights, weights_fingerprint
 from rbln_retrieval.models.source import SOURCE_ARGS
@@ -227,8 +226,7 @@ def serve(
         try:
             for entry, setup in zip(entries, setups, strict=True):
                 # On the CPU every model shares the cores; on an NPU each runs on the NPUs named for it.
-                env = cpu_threads_env() if setup.target != "rbln" else entry.device_env()
-                with backend.activated(setup.target, env):
+                with backend.activated(setup.target, entry.device_env() if setup.target == "rbln" else {}):
                     engines.append(_start_named(entry.model, setup, several=len(entries) > 1))
             code = uvloop.run(_run_server(engines, setups, limits, sock))
             if code == ENGINE_DIED:

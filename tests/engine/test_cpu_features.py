@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from rbln_retrieval import cpu_features
-from rbln_retrieval.local.engine_args import resolve_dtype
+from rbln_retrieval.local.engine_args import THREAD_VARS, executor_backend, resolve_dtype
 
 AVX512_BF16 = {"avx2", "fma", "avx512f", "avx512_bf16"}
 AVX2_ONLY = {"avx2", "fma"}
@@ -64,3 +64,13 @@ def test_the_class_reports_name_amx_apart_from_avx512_bf16(cpu, monkeypatch):
     cpu(AVX512_BF16 | {"amx_bf16"})
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
     assert cpu_features.cpu_class() == "AVX2" and not cpu_features.amx()
+
+
+def test_an_engine_process_computes_in_its_engine_core_unless_vllms_thread_binding_is_set(monkeypatch):
+    """Without vLLM's binding variables the worker runs inside the engine-core process (user_lane's check_server
+    sees the process tree of a running server); with them, vLLM's worker process applies them."""
+    for name in THREAD_VARS:
+        monkeypatch.delenv(name, raising=False)
+    assert executor_backend() == "uni"
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0")
+    assert executor_backend() == "mp"

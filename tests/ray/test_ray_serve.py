@@ -10,6 +10,7 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -53,11 +54,27 @@ def proxy_url(ray_cluster, minilm, reranker, tmp_path_factory):
         f'[[models]]\nmodel = "{minilm}"\n\n[[models]]\nmodel = "{reranker}"\nmax_input_chars = {RERANKER_MAX_CHARS}\n'
     )
     app = pooling_app(config=config, api_key=API_KEY, num_replicas=2, num_cpus=0.5, device="cpu", dtype="float32")
-    serve.run(app, name="retrieval", route_prefix="/")
+    serve.run_many([serve.RunTarget(app, name="retrieval", route_prefix="/")], wait_for_applications_running=False)
     try:
+        wait_running("retrieval", ray_cluster)
         yield f"http://127.0.0.1:{port}"
     finally:
         serve.shutdown()
+
+
+def wait_running(name: str, ray, deadline_s: float = 900) -> None:
+    """Until the app runs. serve.run waits without end, also on replicas that never start (Ray's memory monitor
+    kills a starting replica, or its Serve controller, on a host out of memory): the fixture fails instead, with
+    Ray's status and the tail of each replica's log."""
+    deadline = time.monotonic() + deadline_s
+    while (status := serve.status().applications[name]).status != "RUNNING":
+        if status.status == "DEPLOY_FAILED" or time.monotonic() > deadline:
+            logs = Path(ray._private.worker._global_node.get_session_dir_path()) / "logs"
+            tails = [f"{log.name}: {log.read_text()[-1500:]}" for log in sorted(logs.glob("serve/replica_*.log"))]
+            raylet = (logs / "raylet.err").read_text() if (logs / "raylet.err").exists() else ""
+            state = f"{name} is {status.status} (waited {deadline_s} s at most): {status}"
+            pytest.fail("\n".join([state, raylet, *tails]))
+        time.sleep(1)
 
 
 def test_same_routes_key_and_limits_as_rbln_retrieval_serve(proxy_url, minilm, reranker):
@@ -135,7 +152,7 @@ def test_remote_engine_equals_local_and_survives_a_killed_replica(proxy_url, min
     try:
         while len(answered) < 3 and not failures:
             time.sleep(0.1)
-        victim = replicas()[0]
+        victim, _ = started_replica()
         engine_processes = psutil.Process(victim["Pid"]).children(recursive=True)
         os.kill(victim["Pid"], signal.SIGKILL)  # a crash: requests in flight on it fail and are retried
         killed_at = len(answered)
@@ -167,13 +184,24 @@ def test_the_replicas_bounds_are_the_servers_and_past_them_ray_answers_429(ray_c
         pooling_app("m", config="models.toml")
 
 
+def started_replica(models: int = 2, deadline_s: float = 900) -> tuple[dict, list[psutil.Process]]:
+    """A replica whose engines all run, with their engine-core processes (a replica Ray started to replace a killed
+    one is alive before its engines are)."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        for replica in replicas():
+            children = psutil.Process(replica["Pid"]).children(recursive=True)
+            cores = [p for p in children if "EngineCore" in " ".join(p.cmdline())]  # vLLM's process title
+            if len(cores) == models:
+                return replica, cores
+        assert time.monotonic() < deadline, f"no replica with {models} engines within {deadline_s} s"
+        time.sleep(1)
+
+
 def test_a_replica_whose_engine_died_is_replaced_and_requests_succeed_afterwards(proxy_url, minilm, minilm_engine):
     """The engine core of one replica is killed (the replica's process lives on): its health check fails, Ray
     replaces it, and then every request is answered, none routed to a dead engine."""
-    victim = replicas()[0]
-    children = psutil.Process(victim["Pid"]).children(recursive=True)
-    cores = [p for p in children if "EngineCore" in " ".join(p.cmdline())]  # vLLM's process title
-    assert cores, [p.cmdline() for p in children]
+    victim, cores = started_replica()
     for core in cores:
         core.kill()
     deadline = time.monotonic() + 900  # a failure bound only: the wait ends once Ray has replaced the replica

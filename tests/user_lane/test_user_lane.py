@@ -157,7 +157,13 @@ def installed(tmp_path_factory, minilm, tiny_models) -> Iterator[Setup]:
 
 def check_server(server: Server, dimension: int) -> np.ndarray:
     """Every guarded route refuses a caller without the key, the probes answer anyone, and with the key the
-    README's calls (embeddings, rerank) are answered; a body past the size limit is 413. Returns the vector."""
+    README's calls (embeddings, rerank) are answered; a body past the size limit is 413; the engine's worker runs
+    inside its engine-core process (vLLM's CPU platform would spawn a third process, a second import of torch and
+    vLLM and its own memory). Returns the vector."""
+    engine_processes = [p.name() for p in psutil.Process(server.process.pid).children(recursive=True)]
+    assert engine_processes.count("VLLM::EngineCore") == 1 and not any("Worker" in n for n in engine_processes), (
+        engine_processes
+    )
     with httpx.Client(base_url=server.url, timeout=120) as client:
         for path in PROBES:
             assert client.get(path).status_code == 200, path
