@@ -25,14 +25,15 @@ class BundledPlatform(CpuPlatform):
 
     @classmethod
     def check_and_update_config(cls, vllm_config: Any) -> None:
-        if BundledConfig.requested(vllm_config) and vllm_config.parallel_config.worker_cls == "auto":
+        bundled = BundledConfig.requested(vllm_config)
+        if bundled and vllm_config.parallel_config.worker_cls == "auto":
             vllm_config.parallel_config.worker_cls = WORKER
         asked = vllm_config.parallel_config.distributed_executor_backend
         super().check_and_update_config(vllm_config)
         # vLLM's CPU platform turns "uni" into "mp" whenever the engine core is a process of its own, because only
         # a worker process it spawns gets its thread binding; an engine that asks for "uni" leaves the binding to
-        # the OS (rbln_retrieval.local.engine_args.executor_backend) and keeps its worker in the engine core.
-        if BundledConfig.requested(vllm_config) and asked == "uni":
+        # the OS and keeps its worker in the engine core.
+        if bundled and asked == "uni":
             vllm_config.parallel_config.distributed_executor_backend = "uni"
 
     @classmethod
