@@ -3,6 +3,9 @@ more: tests/engine_budget.py counts both)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
 from tolerances import BF16_OPTIONS
 
@@ -69,3 +72,18 @@ def ray_cluster():
         yield ray
     finally:
         ray.shutdown()
+
+
+@pytest.fixture
+def inner_pytest(pytester, monkeypatch) -> Callable[..., pytest.RunResult]:
+    """``run(*args)``: a pytest session of the tests' helpers' plugins in a subprocess, for the tests of those plugins.
+    It loads only the plugins it names (xdist, and those in ``args``): a bare session autoloads every plugin installed
+    here (langsmith's, hypothesis', schemathesis', ...), seconds of imports per session and per xdist worker."""
+    tests = Path(__file__).resolve().parent
+    monkeypatch.setenv("PYTHONPATH", f"{tests}:{tests.parent}")  # the helpers, and this checkout
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+
+    def run(*args: str) -> pytest.RunResult:
+        return pytester.runpytest_subprocess("-p", "xdist.plugin", "-p", "no:cacheprovider", *args)
+
+    return run

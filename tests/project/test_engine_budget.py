@@ -8,8 +8,6 @@ from pathlib import Path
 import engine_budget
 import pytest
 
-TESTS = Path(__file__).resolve().parents[1]
-
 STARTS = """
 import engine_budget
 
@@ -57,10 +55,9 @@ def test_the_docs_state_both_limits():
 
 
 @pytest.mark.parametrize(("extra", "status"), [(0, 0), (1, 1)], ids=["at-the-limit", "one-past-it"])
-def test_a_session_past_the_engine_start_limit_fails(pytester, monkeypatch, extra, status):
-    monkeypatch.setenv("PYTHONPATH", f"{TESTS}:{TESTS.parent}")  # the helpers, and this checkout
+def test_a_session_past_the_engine_start_limit_fails(pytester, inner_pytest, extra, status):
     pytester.makepyfile(test_inner=STARTS.format(extra=extra))
-    result = pytester.runpytest_subprocess("-p", "engine_budget", "-p", "no:cacheprovider")
+    result = inner_pytest("-p", "engine_budget")
     assert result.ret == status, result.stdout.str()
     result.assert_outcomes(passed=1)
     assert ("over budget" in result.stdout.str()) == bool(status)
@@ -69,11 +66,9 @@ def test_a_session_past_the_engine_start_limit_fails(pytester, monkeypatch, extr
 
 
 @pytest.mark.parametrize(("extra", "status"), [(1, 0), (2, 1)], ids=["at-the-limit", "one-past-it"])
-def test_two_workers_counts_add_up(pytester, monkeypatch, extra, status):
-    monkeypatch.setenv("PYTHONPATH", f"{TESTS}:{TESTS.parent}")
+def test_two_workers_counts_add_up(pytester, inner_pytest, extra, status):
     pytester.makepyfile(test_first=FIRST, test_second=SECOND.format(extra=extra))
-    plugins = ["-p", "engine_budget", "-p", "workers", "-p", "no:cacheprovider"]
-    result = pytester.runpytest_subprocess(*plugins, "-n", "2", "--dist", "loadfile", "-v")
+    result = inner_pytest("-p", "engine_budget", "-p", "workers", "-n", "2", "--dist", "loadfile", "-v")
     assert result.ret == status, result.stdout.str()
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines_random(["*gw0*PASSED*", "*gw1*PASSED*"])  # one file on each worker
@@ -93,17 +88,15 @@ def test_{name}(request):
 """
 
 
-def test_a_shared_engine_started_on_both_workers_counts_as_the_busier_worker_started_it(pytester, monkeypatch):
+def test_a_shared_engine_started_on_both_workers_counts_as_the_busier_worker_started_it(pytester, inner_pytest):
     """Each worker starts its own copy of a session engine, and which files need it on which worker varies from run
     to run: the judged count takes the worker that started it most often (two starts), not the sum (three)."""
-    monkeypatch.setenv("PYTHONPATH", f"{TESTS}:{TESTS.parent}")
     engines = engine_budget.stated_limits()[0]
     pytester.makepyfile(
         test_first=SHARED.format(name="first", starts=2, engines=engines - 2),
         test_second=SHARED.format(name="second", starts=1, engines=0),
     )
-    plugins = ["-p", "engine_budget", "-p", "workers", "-p", "no:cacheprovider"]
-    result = pytester.runpytest_subprocess(*plugins, "-n", "2", "--dist", "loadfile", "-v")
+    result = inner_pytest("-p", "engine_budget", "-p", "workers", "-n", "2", "--dist", "loadfile", "-v")
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines_random(["*gw0*PASSED*", "*gw1*PASSED*"])
     result.stdout.fnmatch_lines(

@@ -25,17 +25,14 @@ def test_it(n, {fixture}):
 """
 
 
-def test_files_naming_a_shared_fixture_run_on_one_worker(pytester, monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", f"{TESTS}:{TESTS.parent}")
+def test_files_naming_a_shared_fixture_run_on_one_worker(pytester, inner_pytest):
     pytester.makepyfile(
         test_a=SHARING.format(fixture="ray_cluster"),
         test_b=SHARING.format(fixture="ray_cluster"),
         test_c=SHARING.format(fixture="minilm_server"),
         test_d=SHARING.format(fixture="nothing_shared"),
     )
-    result = pytester.runpytest_subprocess(
-        "-p", "workers", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile", "-v"
-    )
+    result = inner_pytest("-p", "workers", "-n", "2", "--dist", "loadfile", "-v")
     result.assert_outcomes(passed=12)
     ran_on = {
         file: worker for worker, file in re.findall(r"\[(gw\d)\] \[\s*\d+%\] PASSED (test_\w)\.py", result.stdout.str())
