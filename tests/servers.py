@@ -43,6 +43,26 @@ def _stop_with_parent() -> None:
     _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+def outliving(processes: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Those of ``processes`` still running ``timeout`` s from now (a failure bound only), killed so that they leave
+    nothing behind. An exited process counts as gone while it waits, a zombie, for a parent that may never reap it
+    (an orphan's new parent, a container's first process)."""
+
+    def running(process: psutil.Process) -> bool:
+        try:
+            return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    deadline = time.monotonic() + timeout
+    while any(map(running, processes)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    alive = [process for process in processes if running(process)]
+    for process in alive:
+        process.kill()
+    return alive
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -23,7 +23,7 @@ in-process engine makes) and never imports a backend module itself (tests/projec
 
 May import: errors, cpu_features
 Engine libraries: vllm, torch, transformers
-Stages it may import: vllm_compat, platform, graph, config, npu
+Stages it may import: vllm_compat, platform, graph, config, npu, lifetime
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rbln_retrieval.backend import vllm_compat
+from rbln_retrieval.backend import lifetime, vllm_compat
 from rbln_retrieval.backend.config import CONFIG_KEY, cache_root, compile_only, engine_arguments, resolve
 from rbln_retrieval.backend.npu import artifacts, rbln_runtime
 from rbln_retrieval.backend.npu.rbln_runtime import (
@@ -160,9 +160,17 @@ def register() -> str | None:
     return PLATFORM
 
 
+def register_general() -> None:
+    """vLLM calls this in every process its plugin scope lets it (a stock engine's too): registers the bundled
+    architectures and, in a process started for one of this package's engines, watches the process that started
+    it (``lifetime``)."""
+    lifetime.watch_starter()
+    register_models()
+
+
 def register_models() -> None:
-    """vLLM calls this in every process its plugin scope lets it (a stock engine's too): the architectures the
-    bundled backend adds, each by "module:class", so that a process imports a model's module only to build it."""
+    """The architectures the bundled backend adds, each by "module:class", so that a process imports a model's
+    module only to build it."""
     from vllm import ModelRegistry
 
     from rbln_retrieval.backend.graph import ARCHITECTURES
@@ -237,8 +245,8 @@ def _resolved_platform(target: str | None) -> object:
 
 @contextmanager
 def activated(target: str | None, env: dict[str, str] | None = None) -> Iterator[None]:
-    """Environment for vLLM processes started inside the block: the platform on ``target``, or off for None,
-    plus ``env``.
+    """Environment for vLLM processes started inside the block: the platform on ``target``, or off for None, this
+    process's pid (the processes it starts end with it: ``lifetime``), plus ``env``.
 
     vLLM refuses to start when two out-of-tree platform plugins activate (the official vllm-rbln plugin installed
     beside this package would be the second), so every engine loads our plugin alone: a stock engine with the
@@ -247,7 +255,13 @@ def activated(target: str | None, env: dict[str, str] | None = None) -> Iterator
     if target is not None and target not in TARGETS:
         raise ValueError(f"target={target!r} is not one of {TARGETS}.")
     vllm_compat.check_stack()
-    wanted = {ACTIVATE_ENV: target, "VLLM_PLUGINS": PLUGIN_NAME, **(_ENGINE_ENV if target else {}), **(env or {})}
+    wanted = {
+        ACTIVATE_ENV: target,
+        "VLLM_PLUGINS": PLUGIN_NAME,
+        **lifetime.starter_env(),
+        **(_ENGINE_ENV if target else {}),
+        **(env or {}),
+    }
     saved = {name: os.environ.get(name) for name in wanted}
     try:
         for name, value in wanted.items():

@@ -20,7 +20,7 @@ import psutil
 import pytest
 from corpus import mixed_length
 from http_fakes import FakeServer
-from servers import free_port
+from servers import free_port, outliving
 
 from rbln_retrieval import EngineDeadError, EngineStartError, ModelNotSupportedError, PoolingEngine
 from rbln_retrieval.remote import RemoteEngine, RemoteError
@@ -110,6 +110,37 @@ def test_killed_engine_process_fails_the_call_fast_and_the_next_call_restarts(mi
     finally:
         engine.close()
     assert_no_new_engine_processes(before)
+
+
+KILLED_WITH_ITS_ENGINE_OPEN = """
+import sys, time
+from rbln_retrieval import PoolingEngine
+
+if __name__ == "__main__":
+    engine = PoolingEngine(sys.argv[1], device="cpu", dtype="float32", in_process=False)
+    engine.embed(["hello"])
+    print("ready", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_the_engine_process_ends_when_the_program_that_started_it_is_killed(minilm, tmp_path):
+    # vLLM's engine core watches nothing above it: a program killed by SIGKILL (the OOM killer, a Ray actor
+    # killed, a crashed notebook kernel) left it running with its memory (on an NPU, its device) for good.
+    script = tmp_path / "program.py"
+    script.write_text(KILLED_WITH_ITS_ENGINE_OPEN)
+    log = tmp_path / "stderr.txt"
+    with log.open("w") as stderr:
+        program = subprocess.Popen([sys.executable, str(script), str(minilm)], stdout=subprocess.PIPE, stderr=stderr)
+    try:
+        assert program.stdout.readline() == b"ready\n", log.read_text()[-2000:]
+        engine = psutil.Process(program.pid).children(recursive=True)
+        assert "VLLM::EngineCore" in [p.name() for p in engine], engine
+    finally:
+        program.kill()
+        program.wait()
+    assert not outliving(engine, timeout=120), "the engine process outlived the program that started it"
+    assert "has exited without closing it; stopping." in log.read_text()
 
 
 def test_failed_in_process_step_fails_every_pending_call_and_the_next_call_restarts(minilm_engine, monkeypatch):

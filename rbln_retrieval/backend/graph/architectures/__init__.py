@@ -5,7 +5,7 @@ modules that name a model family, since each is that family's graph. ``splade`` 
 ``traced_vision_tower`` hook, ``vllm_compat.dual_encoder_text``), never by name.
 """
 
-# By name and "module:class": rbln_retrieval.backend.register_models registers them in every vLLM process, and vLLM
+# By name and "module:class": rbln_retrieval.backend.register_general registers them in every vLLM process, and vLLM
 # imports a module only when it builds (or inspects) its model. The family specs name them in their hf_overrides
 # (FamilySpec.bundled_model).
 ARCHITECTURES = {
