@@ -6,12 +6,13 @@ a crashed notebook kernel), the engine core keeps its gigabyte of host memory an
 someone finds and kills it, and the restarted application cannot open that device. vLLM's own workers watch their
 engine core through a pipe; this gives the engine's top processes the same watch over their starter.
 
-The starter's pid travels in ``STARTER_ENV``, set while an engine starts (``backend.activated``); a process whose
-parent is that pid watches it from a daemon thread, and once it is gone sends itself SIGTERM (vLLM's clean
+The starter's pid travels in ``STARTER_ENV``, set while an engine starts (``backend.activated``); a process that
+pid started watches it from a daemon thread (from vLLM's plugin loading, seconds into the process's life: a starter
+that died before then is already gone when the watch begins), and once it is gone sends itself SIGTERM (vLLM's clean
 shutdown, which also stops its workers), then exits outright if that has not ended it within ``GRACE_SECONDS``.
 The parent's pid is compared, not the thread that spawned the process (``PR_SET_PDEATHSIG`` fires when that
-thread ends: a Ray Serve replica starts its engines on a pool thread). Processes further down (vLLM's workers,
-its model-inspection subprocess) have another parent and are left to vLLM.
+thread ends: a Ray Serve replica starts its engines on a pool thread). Processes further down (vLLM's workers)
+have another parent and are left to vLLM's own watch.
 
 Stages it may import: nothing
 """
@@ -19,6 +20,7 @@ Stages it may import: nothing
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 import signal
 import threading
@@ -43,11 +45,18 @@ def watch_starter() -> bool:
     when this process now watches its starter."""
     global _watching
     starter = os.environ.get(STARTER_ENV, "")
-    if _watching or not starter.isdigit() or os.getppid() != int(starter):
+    if _watching or not starter.isdigit() or _started_by() != int(starter):
         return False
     _watching = True
     threading.Thread(target=_stop_after, args=(int(starter),), name="rbln-retrieval-starter", daemon=True).start()
     return True
+
+
+def _started_by() -> int:
+    """The pid of the process that started this one, even if it has died since (vLLM starts its processes with
+    multiprocessing, which keeps it); else the current parent's."""
+    parent = multiprocessing.parent_process()
+    return parent.pid if parent is not None and parent.pid is not None else os.getppid()
 
 
 def _stop_after(starter: int) -> None:
