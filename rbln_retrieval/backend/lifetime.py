@@ -8,9 +8,9 @@ engine core through a pipe; this gives the engine's top processes the same watch
 
 The starter's pid travels in ``STARTER_ENV``, set while an engine starts (``backend.activated``); a process that
 pid started watches it from a daemon thread (from vLLM's plugin loading, seconds into the process's life: a starter
-that died before then is already gone when the watch begins), and once it is gone sends itself SIGTERM (vLLM's clean
+that died before then is seen as gone at once), and once it is gone sends itself SIGTERM (vLLM's clean
 shutdown, which also stops its workers), then exits outright if that has not ended it within ``GRACE_SECONDS``.
-The parent's pid is compared, not the thread that spawned the process (``PR_SET_PDEATHSIG`` fires when that
+The starting process is watched, not the thread that spawned the process (``PR_SET_PDEATHSIG`` fires when that
 thread ends: a Ray Serve replica starts its engines on a pool thread). Processes further down (vLLM's workers)
 have another parent and are left to vLLM's own watch.
 
@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import multiprocessing.connection
 import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 
 logger = logging.getLogger(__name__)
 
@@ -45,24 +47,43 @@ def watch_starter() -> bool:
     when this process now watches its starter."""
     global _watching
     starter = os.environ.get(STARTER_ENV, "")
-    if _watching or not starter.isdigit() or _started_by() != int(starter):
+    if _watching or not starter.isdigit():
+        return False
+    gone = _starter_gone(int(starter))
+    if gone is None:
         return False
     _watching = True
-    threading.Thread(target=_stop_after, args=(int(starter),), name="rbln-retrieval-starter", daemon=True).start()
+    threading.Thread(target=_stop_after, args=(int(starter), gone), name="rbln-retrieval-starter", daemon=True).start()
     return True
 
 
-def _started_by() -> int:
-    """The pid of the process that started this one, even if it has died since (vLLM starts its processes with
-    multiprocessing, which keeps it); else the current parent's."""
+def _starter_gone(starter: int) -> Callable[[], None] | None:
+    """A call that returns once ``starter`` has died, or None when ``starter`` did not start this process.
+
+    vLLM starts its processes with multiprocessing, which keeps the starting pid and a pipe whose other end only the
+    starter holds: the pipe's end says the starter died, even before this watch began, and under any start method
+    (under forkserver the parent pid is the fork server's). Otherwise the parent pid is polled: a dead parent's
+    children are handed to init (or a subreaper), and the parent pid changes exactly then."""
     parent = multiprocessing.parent_process()
-    return parent.pid if parent is not None and parent.pid is not None else os.getppid()
+    if parent is not None and parent.pid == starter and parent.sentinel is not None:
+        sentinel = parent.sentinel
+
+        def closed() -> None:
+            multiprocessing.connection.wait([sentinel])
+
+        return closed
+    if os.getppid() == starter:
+
+        def polled() -> None:
+            while os.getppid() == starter:
+                time.sleep(POLL_SECONDS)
+
+        return polled
+    return None
 
 
-def _stop_after(starter: int) -> None:
-    # A dead parent's children are handed to init (or a subreaper): the parent pid changes exactly then.
-    while os.getppid() == starter:
-        time.sleep(POLL_SECONDS)
+def _stop_after(starter: int, gone: Callable[[], None]) -> None:
+    gone()
     logger.warning(
         "The process that started this vLLM engine process (pid %d) has exited without closing it; stopping.",
         starter,

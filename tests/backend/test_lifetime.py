@@ -1,5 +1,5 @@
 """The watch an engine's vLLM processes keep over the process that started them (``backend/lifetime.py``), on
-stand-in processes started as vLLM starts its engine core (multiprocessing, spawn): no engine start. The engine
+stand-in processes started as vLLM starts its engine core (multiprocessing): no engine start. The engine
 core itself, SIGKILLed starter and all: tests/engine/test_faults.py and the user lane's SPLADE server."""
 
 from __future__ import annotations
@@ -15,19 +15,19 @@ from servers import outliving
 from rbln_retrieval.backend import lifetime
 
 STARTER = """
-import multiprocessing, os, sys, time
+import multiprocessing, multiprocessing.connection, os, sys, time
 from rbln_retrieval.backend import lifetime
 
 def engine_process(late):
     if late:  # the starter dies before the watch begins, as it can while vLLM's process imports for seconds
-        while os.getppid() == multiprocessing.parent_process().pid:
-            time.sleep(0.05)
+        multiprocessing.connection.wait([multiprocessing.parent_process().sentinel])
     print("watching" if lifetime.watch_starter() else "not watching", flush=True)
     time.sleep(600)
 
 if __name__ == "__main__":
     os.environ.update(lifetime.starter_env())
-    child = multiprocessing.get_context("spawn").Process(target=engine_process, args=(sys.argv[1] == "late",))
+    method, late = sys.argv[1], sys.argv[2] == "late"
+    child = multiprocessing.get_context(method).Process(target=engine_process, args=(late,))
     child.start()
     print(child.pid, flush=True)
     time.sleep(600)
@@ -35,16 +35,22 @@ if __name__ == "__main__":
 
 
 @pytest.mark.parametrize("when", ["watching", "late"])
-def test_a_process_stops_once_the_process_that_started_it_is_killed(tmp_path, when):
+@pytest.mark.parametrize("method", ["spawn", "forkserver", "fork"])
+def test_a_process_stops_once_the_process_that_started_it_is_killed(tmp_path, method, when):
+    """Under each of multiprocessing's start methods (vLLM's VLLM_WORKER_MULTIPROC_METHOD): under forkserver the
+    process's parent is the fork server, not its starter."""
     script, log = tmp_path / "starter.py", tmp_path / "stderr.txt"
     script.write_text(STARTER)
     with log.open("w") as stderr:
-        command = [sys.executable, str(script), when]
+        command = [sys.executable, str(script), method, when]
         starter = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True)
     try:
         child = psutil.Process(int(starter.stdout.readline()))
         if when == "watching":
             assert starter.stdout.readline().strip() == "watching"
+            # While the starter lives, so does the process: a watch that mistook the fork server for its starter
+            # stopped it at once (a failure shows within the wait; a pass never depends on it).
+            assert not psutil.wait_procs([child], timeout=2)[0], "the process stopped while its starter lived"
     finally:
         starter.kill()
         starter.wait()
