@@ -26,7 +26,6 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
 
 logger = logging.getLogger(__name__)
 
@@ -44,46 +43,31 @@ def starter_env() -> dict[str, str]:
 
 def watch_starter() -> bool:
     """In a process started by the process named in ``STARTER_ENV``: watch it, and stop once it is gone. True
-    when this process now watches its starter."""
-    global _watching
-    starter = os.environ.get(STARTER_ENV, "")
-    if _watching or not starter.isdigit():
-        return False
-    gone = _starter_gone(int(starter))
-    if gone is None:
-        return False
-    _watching = True
-    threading.Thread(target=_stop_after, args=(int(starter), gone), name="rbln-retrieval-starter", daemon=True).start()
-    return True
-
-
-def _starter_gone(starter: int) -> Callable[[], None] | None:
-    """A call that returns once ``starter`` has died, or None when ``starter`` did not start this process.
+    when this process now watches its starter.
 
     vLLM starts its processes with multiprocessing, which keeps the starting pid and a pipe whose other end only the
     starter holds: the pipe's end says the starter died, even before this watch began, and under any start method
-    (under forkserver the parent pid is the fork server's). Otherwise the parent pid is polled: a dead parent's
-    children are handed to init (or a subreaper), and the parent pid changes exactly then."""
+    (under forkserver the parent pid is the fork server's). A process started otherwise has its parent pid polled."""
+    global _watching
+    named = os.environ.get(STARTER_ENV, "")
+    if _watching or not named.isdigit():
+        return False
+    starter = int(named)
     parent = multiprocessing.parent_process()
-    if parent is not None and parent.pid == starter and parent.sentinel is not None:
-        sentinel = parent.sentinel
-
-        def closed() -> None:
-            multiprocessing.connection.wait([sentinel])
-
-        return closed
-    if os.getppid() == starter:
-
-        def polled() -> None:
-            while os.getppid() == starter:
-                time.sleep(POLL_SECONDS)
-
-        return polled
-    return None
+    sentinel = parent.sentinel if parent is not None and parent.pid == starter else None
+    if sentinel is None and os.getppid() != starter:
+        return False
+    _watching = True
+    threading.Thread(target=_stop_after, args=(starter, sentinel), name="rbln-retrieval-starter", daemon=True).start()
+    return True
 
 
-def _stop_after(starter: int, gone: Callable[[], None]) -> None:
-    gone()
+def _stop_after(starter: int, sentinel: int | None) -> None:
+    if sentinel is not None:
+        multiprocessing.connection.wait([sentinel])
+    else:  # a dead parent's children are handed to init (or a subreaper): the parent pid changes exactly then
+        while os.getppid() == starter:
+            time.sleep(POLL_SECONDS)
     logger.warning(
         "The process that started this vLLM engine process (pid %d) has exited without closing it; stopping.",
         starter,

@@ -291,7 +291,8 @@ def test_serve_builds_an_architecture_the_backend_adds(tmp_path, tiny_models):
     """`rbln-retrieval serve` of a SPLADE checkpoint as the README writes it (the installed package, in a scrubbed
     environment): vLLM's API server and engine core know RblnBertSpladeModel from the installed general plugin
     (without it the server stops at start: "Model architectures ['RblnBertSpladeModel'] are not supported"), and
-    TEI's /embed_sparse answers the sparse vector (a dense route refuses a SPLADE model in one sentence)."""
+    TEI's /embed_sparse answers the sparse vector (a dense route refuses a SPLADE model in one sentence); the serve
+    process SIGKILLed alone, its engine core ends too."""
     from importlib.metadata import entry_points
 
     installed = [ep.value for ep in entry_points(group="vllm.general_plugins") if ep.name == backend.PLUGIN_NAME]
